@@ -1,0 +1,107 @@
+"""Settings: one TOML file plus ``VOXCACHE_*`` environment variables.
+
+This is the only module that reads the environment or a config file. Order of
+precedence, lowest first: defaults, the TOML file, environment variables,
+command-line options. Sizes accept units (``512MB``, ``5GiB``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .cache import CacheConfig
+from .errors import InvalidParameter
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def default_cache_dir() -> Path:
+    """Return the user's cache folder for voxcache (XDG on Linux)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "voxcache"
+
+
+def parse_size(value: str | int | None) -> int | None:
+    """Parse ``'512MB'``, ``'5GiB'`` or a plain byte count; None/'' means unbounded."""
+    if value is None or value == "" or (isinstance(value, str) and value.lower() == "none"):
+        return None
+    if isinstance(value, int):
+        return value
+    match = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", value)
+    if not match or match.group(2).lower() not in _UNITS:
+        raise InvalidParameter(f"size {value!r} is not understood; write e.g. 512MB or 5GiB")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Every setting of a voxcache process."""
+
+    cache_dir: Path = field(default_factory=default_cache_dir)
+    engine: str = "piper"
+    piper_threads: int = 2
+    memory_budget: int = 256 * 2**20
+    """Bytes per artifact kind held in memory."""
+    disk_max_bytes: int | None = 5 * 2**30
+    disk_max_entries: int | None = None
+    default_ttl: float | None = None
+    lock_wait: float = 120.0
+    max_text_chars: int = 5000
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Sections this module does not interpret (service, tenants…), passed through."""
+
+    def cache_config(self) -> CacheConfig:
+        """Return the cache limits these settings describe."""
+        return CacheConfig(memory_default_budget=self.memory_budget,
+                           disk_max_bytes=self.disk_max_bytes,
+                           disk_max_entries=self.disk_max_entries,
+                           default_ttl=self.default_ttl)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Settings) if f.name != "extra"}
+_SIZES = {"memory_budget", "disk_max_bytes"}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    if name in _SIZES:
+        return parse_size(value)
+    if name == "cache_dir":
+        return Path(value).expanduser()
+    if name in ("piper_threads", "max_text_chars", "disk_max_entries"):
+        return None if value in (None, "", "none") else int(value)
+    if name in ("default_ttl", "lock_wait"):
+        return None if value in (None, "", "none") else float(value)
+    return value
+
+
+def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Settings:
+    """Build settings from defaults, a TOML file, the environment and ``overrides``."""
+    values: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    path = config_file or os.environ.get("VOXCACHE_CONFIG")
+    if path:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise InvalidParameter(f"config file {path}: {exc}") from None
+        for key, value in data.items():
+            (values if key in _FIELDS else extra)[key] = value
+    if os.environ.get("VOXCACHE_DIR"):
+        values["cache_dir"] = os.environ["VOXCACHE_DIR"]
+    for name in _FIELDS:
+        env = os.environ.get(f"VOXCACHE_{name.upper()}")
+        if env is not None:
+            values[name] = env
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        coerced = {k: _coerce(k, v) for k, v in values.items() if k in _FIELDS}
+    except (TypeError, ValueError) as exc:
+        raise InvalidParameter(f"bad setting: {exc}") from None
+    return Settings(**coerced, extra=extra)

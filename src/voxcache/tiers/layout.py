@@ -1,0 +1,51 @@
+"""Where things live inside a cache folder — the one place that knows the layout.
+
+``objects/ab/cd/<key>.wav`` is stable and computable from the key alone, so a
+file server (nginx ``try_files``) can serve stored entries without Python.
+Pins are marker files under ``pins/`` so that they survive an index rebuild.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+TEMP_PREFIX = ".tmp-"
+STALE_TEMP_SECONDS = 600.0
+SUBFOLDERS = ("objects", "quarantine", "locks", "pins")
+
+
+def entry_path(root: Path, key: str, kind: str) -> Path:
+    """Return where an entry lives."""
+    suffix = ".wav" if kind == "audio" else ".vxc"
+    return root / "objects" / key[:2] / key[2:4] / f"{key}{suffix}"
+
+
+def kind_of_file(name: str) -> str | None:
+    """Return 'audio' or 'other' for a published object file name, None for anything else."""
+    if name.startswith(TEMP_PREFIX) or len(name) < 68:
+        return None
+    return "audio" if name.endswith(".wav") else "other"
+
+
+def pin_path(root: Path, key: str) -> Path:
+    """Return the marker file that records a pin."""
+    return root / "pins" / key
+
+
+def read_pin(root: Path, key: str) -> tuple[bool, float | None]:
+    """Return (pinned, pin_until) from the marker file."""
+    try:
+        data = json.loads(pin_path(root, key).read_text())
+    except (OSError, ValueError):
+        return False, None
+    return True, data.get("until")
+
+
+def write_pin(root: Path, key: str, pinned: bool, until: float | None) -> None:
+    """Create or remove the pin marker."""
+    path = pin_path(root, key)
+    if pinned:
+        path.write_text(json.dumps({"until": until}))
+    else:
+        path.unlink(missing_ok=True)

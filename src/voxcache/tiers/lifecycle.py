@@ -1,0 +1,174 @@
+"""Keeping the disk tier healthy: caps, TTL, pins, stale temp files, index rebuilds.
+
+These run offline (``voxcache gc``), after writes that push the tier over its
+cap, and once at start in the background. Rows are deleted before files, so a
+concurrent reader either finds the file (and serves a valid entry) or does not
+(a miss) — never half of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..entry import CorruptEntry, decode
+from .index import Index, IndexRow
+from .layout import STALE_TEMP_SECONDS, TEMP_PREFIX, entry_path, kind_of_file, read_pin
+
+log = logging.getLogger("voxcache.lifecycle")
+
+BATCH = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Caps for the disk tier; ``None`` means unbounded."""
+
+    max_bytes: int | None = None
+    max_entries: int | None = None
+    low_watermark: float = 0.9
+    """After crossing a cap, evict down to this fraction of it (so we do not thrash)."""
+
+
+def enforce(root: Path, index: Index, limits: Limits, now: float | None = None) -> dict[str, int]:
+    """Drop expired entries, then evict by score until under the caps; return counts by reason."""
+    now = time.time() if now is None else now
+    evicted = {"expired": 0, "size": 0, "count": 0}
+    expired = index.rows("expires IS NOT NULL AND expires <= ?", (now,), order="expires")
+    evicted["expired"] = _drop(root, index, expired)
+    total_bytes, total_entries = index.totals()
+    if limits.max_bytes is not None and total_bytes > limits.max_bytes:
+        evicted["size"] = _evict_down(root, index, now, "size",
+                                      int(limits.max_bytes * limits.low_watermark))
+    total_bytes, total_entries = index.totals()
+    if limits.max_entries is not None and total_entries > limits.max_entries:
+        evicted["count"] = _evict_down(root, index, now, "count",
+                                       int(limits.max_entries * limits.low_watermark))
+    index.add_counters({f"evictions_{k}": v for k, v in evicted.items() if v})
+    return evicted
+
+
+def _evict_down(root: Path, index: Index, now: float, reason: str, target: int) -> int:
+    """Evict lowest-score unpinned entries until the measure drops to ``target``."""
+    dropped = 0
+    while True:
+        total_bytes, total_entries = index.totals()
+        current = total_bytes if reason == "size" else total_entries
+        if current <= target:
+            return dropped
+        victims = index.rows("pinned = 0 OR (pin_until IS NOT NULL AND pin_until <= ?)",
+                             (now,), order="score", limit=BATCH)
+        if not victims:
+            log.warning("disk tier is over its %s cap but every entry is pinned", reason)
+            return dropped
+        excess = current - target
+        chosen: list[IndexRow] = []
+        for row in victims:
+            chosen.append(row)
+            excess -= row.size if reason == "size" else 1
+            if excess <= 0:
+                break
+        dropped += _drop(root, index, chosen)
+
+
+def _drop(root: Path, index: Index, rows: list[IndexRow]) -> int:
+    if not rows:
+        return 0
+    index.remove(r.key for r in rows)
+    for row in rows:
+        with contextlib.suppress(FileNotFoundError):
+            entry_path(root, row.key, row.kind).unlink()
+    return len(rows)
+
+
+def sweep_temp_files(root: Path, now: float | None = None) -> int:
+    """Remove temp files left by crashed writers (dead pid, or older than 10 minutes)."""
+    now = time.time() if now is None else now
+    removed = 0
+    for folder, _dirs, files in os.walk(root / "objects"):
+        for name in files:
+            if not name.startswith(TEMP_PREFIX):
+                continue
+            path = Path(folder) / name
+            with contextlib.suppress(FileNotFoundError):
+                if not _writer_alive(name) or now - path.stat().st_mtime > STALE_TEMP_SECONDS:
+                    path.unlink()
+                    removed += 1
+    return removed
+
+
+def _writer_alive(temp_name: str) -> bool:
+    try:
+        pid = int(temp_name[len(TEMP_PREFIX):].split("-", 1)[0])
+    except ValueError:
+        return False
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _stored_files(root: Path) -> dict[str, Path]:
+    """Map key → path for every published object file."""
+    found: dict[str, Path] = {}
+    for folder, _dirs, files in os.walk(root / "objects"):
+        for name in files:
+            if kind_of_file(name) is not None:
+                found[name[:64]] = Path(folder) / name
+    return found
+
+
+def reconcile(root: Path, index: Index) -> dict[str, int]:
+    """Make the index match the files: add missing rows, drop rows without files."""
+    files = _stored_files(root)
+    indexed = {row[0] for row in index.query("SELECT key FROM entries")}
+    stale = indexed - set(files)
+    if stale:
+        index.remove(stale)
+    added = quarantined = 0
+    for key in set(files) - indexed:
+        if _index_file(root, index, key, files[key]):
+            added += 1
+        else:
+            quarantined += 1
+    return {"added": added, "dropped": len(stale), "quarantined": quarantined,
+            "temp_removed": sweep_temp_files(root)}
+
+
+def rebuild_index(root: Path, index: Index) -> dict[str, int]:
+    """Rebuild the index from scratch from the files (counters are kept)."""
+    with index.transaction() as db:
+        db.execute("DELETE FROM entries")
+    return reconcile(root, index)
+
+
+def _index_file(root: Path, index: Index, key: str, path: Path) -> bool:
+    """Verify one file and add its row; quarantine it if it does not verify."""
+    try:
+        entry = decode(path.read_bytes(), key)
+    except (CorruptEntry, OSError) as exc:
+        with contextlib.suppress(OSError):
+            os.replace(path, root / "quarantine" / f"{path.name}.{int(time.time())}")
+        index.add_counters({"corruptions": 1})
+        log.warning("quarantined %s while rebuilding the index: %s", path.name, exc)
+        return False
+    h = entry.header
+    stat = path.stat()
+    pinned, pin_until = read_pin(root, key)
+    index.add(IndexRow(
+        key=key, kind=h.kind, size=entry.size, created=h.created, expires=h.expires,
+        last_access=stat.st_atime, hits=0, pinned=pinned, pin_until=pin_until,
+        tenant=str(h.meta.get("tenant", "")), engine=str(h.meta.get("engine", "")),
+        model=str(h.meta.get("model", "")), voice=str(h.meta.get("voice") or ""),
+        text=str(h.meta.get("text", ""))[:200],
+    ))
+    return True
