@@ -9,7 +9,8 @@
     │   └── NotFound            no such entry / voice (also for other tenants' ids)
     ├── CacheDirError           the cache folder cannot be used (not a folder, not writable)
     ├── EngineError             the engine failed to render
-    │   └── MissingDependency   an optional extra is not installed
+    │   ├── MissingDependency   an optional extra is not installed
+    │   └── UpstreamError       a gateway's upstream server failed or answered an error (HTTP 502)
     └── Overloaded              admission control turned a render away
 
 Messages say what happened, name the offending value, and say what to do.
@@ -62,6 +63,20 @@ class EngineError(VoxcacheError):
 
 class MissingDependency(EngineError):
     """An optional extra is needed for this feature but is not installed."""
+
+
+class UpstreamError(EngineError):
+    """The upstream TTS server behind the gateway was unreachable or answered an error.
+
+    ``upstream_status`` is the upstream's HTTP status (None when it could not be
+    reached); the message carries the upstream's own error text. voxcache answers 502.
+    """
+
+    status = 502
+
+    def __init__(self, message: str, upstream_status: int | None = None) -> None:
+        super().__init__(message)
+        self.upstream_status = upstream_status
 
 
 class Overloaded(VoxcacheError):
