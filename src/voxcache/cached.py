@@ -138,6 +138,15 @@ class CachedEngine:
         flight, leader = self.flights.join_or_lead(key)
         if not leader:
             return self._follow(flight, resolved, key, started)
+        return self.lead_flight(resolved, key, flight, started)
+
+    def lead_flight(self, resolved: ResolvedRequest, key: str, flight: Flight,
+                    started: float) -> Result:
+        """Render a flight this caller leads (from ``flights.join_or_lead``), then land it.
+
+        Public so a server can take the lead on the event loop, answer its own caller
+        from ``flight.follow`` like any joiner, and run this in a bounded render pool.
+        """
         try:
             result = self._lead(resolved, key, flight, started)
         except BaseException as exc:
@@ -187,7 +196,9 @@ class CachedEngine:
         self.cache.count("syntheses")
         self.cache.count("render_ms", int((time.perf_counter() - render_started) * 1000))
         ttl = resolved.ttl if resolved.ttl is not None else self.cache.config.default_ttl
-        entry = audio_entry(key, Audio.join(chunks), ttl=ttl, meta=_meta(resolved))
+        meta = {**_meta(resolved),
+                "render_seconds": round(time.perf_counter() - render_started, 4)}
+        entry = audio_entry(key, Audio.join(chunks), ttl=ttl, meta=meta)
         stored = self.cache.put(entry, tenant=resolved.tenant)
         self.cache.count("misses")
         return Result(entry, key, "miss", "engine", time.perf_counter() - started, stored)

@@ -1,0 +1,62 @@
+"""The ASGI application: one engine behind the cache, its pools, routes and error mapping.
+
+``create_app`` is what tests and ``voxcache serve`` call; ``app_from_environment``
+is the factory uvicorn imports in each ``--workers`` process (settings come from
+the same ``VOXCACHE_*`` variables and config file, so every worker is alike and
+they share one cache folder — its file locks make a key render once across them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+
+from ..cached import CachedEngine
+from ..config import Settings, load_settings
+from ..runtime import open_cached_engine
+from . import admin, errors, speech, stored, voice_routes
+from .admission import Admission
+from .guard import BodyLimit
+from .metrics import Metrics
+from .options import ServiceOptions, service_options
+from .serving import Server
+from .voices import VoiceStore
+
+log = logging.getLogger("voxcache.service")
+
+
+def create_app(settings: Settings, *, options: ServiceOptions | None = None,
+               cached: CachedEngine | None = None) -> FastAPI:
+    """Build the service; ``cached`` lets a caller supply its own engine (tests count calls)."""
+    options = options or service_options(settings)
+    cached = cached or open_cached_engine(settings)
+    admission = Admission(options.render_concurrency, options.render_queue, options.io_threads)
+    metrics = Metrics(cached.cache, lambda: admission.queued, lambda: admission.running)
+    server = Server(cached, admission, metrics, options.request_timeout)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        # Graceful shutdown: uvicorn has stopped taking requests; finish renders, flush.
+        admission.shutdown()
+        cached.cache.close()
+
+    app = FastAPI(title="voxcache", version="0.1.0", lifespan=lifespan,
+                  summary="An inference cache for text-to-speech and voice cloning")
+    app.state.settings = settings
+    app.state.options = options
+    app.state.server = server
+    app.state.voices = VoiceStore(settings.cache_dir / "voices", options.max_upload_seconds)
+    errors.install(app)
+    for module in (speech, stored, voice_routes, admin):
+        app.include_router(module.router)
+    app.add_middleware(BodyLimit, options=options)
+    return app
+
+
+def app_from_environment() -> FastAPI:
+    """uvicorn factory for worker processes: settings from ``VOXCACHE_*`` and the config file."""
+    return create_app(load_settings())

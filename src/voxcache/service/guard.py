@@ -1,0 +1,85 @@
+"""Who is asking, and how much they may send: API key → tenant, and body-size limits.
+
+With no keys configured every request is tenant ``default`` (the server then
+binds to localhost only unless told otherwise — see ``cli/serve``). With keys,
+a request without a known key is 401; the tenant it maps to namespaces every
+key, voice and entry it can touch. Body limits are enforced in an ASGI
+middleware before any route parses a byte, on the declared length and on the
+bytes actually received (a lying or absent Content-Length cannot get past it).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+
+from fastapi import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import PayloadTooLarge, Unauthorized, error_body
+from .options import ServiceOptions
+
+DEFAULT_TENANT = "default"
+UPLOAD_PATHS = ("/v1/voices",)
+MULTIPART_OVERHEAD = 64 * 1024
+
+
+def tenant_of(request: Request) -> str:
+    """FastAPI dependency: the caller's tenant (401 when keys are configured and this one isn't)."""
+    keys: dict[str, str] = request.app.state.options.api_keys
+    if not keys:
+        return DEFAULT_TENANT
+    given = _presented_key(request)
+    if given:
+        for key, tenant in keys.items():
+            if hmac.compare_digest(key.encode(), given.encode()):
+                return tenant
+    raise Unauthorized("missing or unknown API key: send 'Authorization: Bearer <key>'"
+                       if not given else "unknown API key")
+
+
+def _presented_key(request: Request) -> str | None:
+    auth = request.headers.get("authorization", "")
+    scheme, _, value = auth.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return request.headers.get("x-api-key") or None
+
+
+class BodyLimit:
+    """Refuse request bodies over the configured limit with 413 (uploads get their own)."""
+
+    def __init__(self, app: ASGIApp, options: ServiceOptions) -> None:
+        self.app = app
+        self.body_limit = options.max_body_bytes
+        self.upload_limit = options.max_upload_bytes + MULTIPART_OVERHEAD
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "DELETE"):
+            await self.app(scope, receive, send)
+            return
+        limit = self.upload_limit if scope["path"] in UPLOAD_PATHS else self.body_limit
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            await _refuse(send, limit)
+            return
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > limit:
+                raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
+            return message
+
+        await self.app(scope, limited, send)
+
+
+async def _refuse(send: Send, limit: int) -> None:
+    body = json.dumps(error_body(f"request body is over the limit of {limit} bytes",
+                                 "invalid_request_error", code="PayloadTooLarge")).encode()
+    await send({"type": "http.response.start", "status": 413,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,104 @@
+"""Service settings: the ``[service]``, ``[tenants.*]`` and ``[voice_aliases]`` TOML sections.
+
+The core ``Settings`` passes sections it does not interpret through ``extra``;
+this module is where the service reads them, so every limit the server enforces
+has one name, one default and one place that logs it. Environment variables
+``VOXCACHE_SERVICE_<NAME>`` override the ``[service]`` table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import Settings, parse_size
+from ..errors import InvalidParameter
+
+OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage",
+                 "shimmer", "verse", "marin", "cedar")
+"""OpenAI's built-in voice names. By default each is an alias of the engine's default voice,
+so the official client's examples work unchanged; ``[voice_aliases]`` maps them elsewhere."""
+
+OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-tts")
+"""OpenAI model names accepted as aliases of the configured engine."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceOptions:
+    """Every limit and switch of the HTTP service."""
+
+    render_concurrency: int = 1
+    """Renders running at once per engine (Piper uses all its threads for one)."""
+    render_queue: int = 16
+    """Renders allowed to wait for a slot; beyond it a miss gets 503 + Retry-After."""
+    io_threads: int = 8
+    """Threads reading the disk tier, separate from render slots: hits never queue
+    behind renders."""
+    max_body_bytes: int = 1 << 20
+    """Largest JSON body accepted."""
+    max_upload_bytes: int = 10 << 20
+    """Largest reference clip accepted by POST /v1/voices."""
+    max_upload_seconds: float = 60.0
+    request_timeout: float = 300.0
+    """Longest a request waits for its render (joiners included)."""
+    privacy: bool = False
+    """Default for uploads: keep only the fingerprint, never the raw clip."""
+    allow_public: bool = False
+    voice_aliases: dict[str, str] = field(default_factory=dict)
+    """Extra voice name → engine voice; OpenAI names map to the default voice unless set."""
+    api_keys: dict[str, str] = field(default_factory=dict)
+    """API key → tenant id. Empty: no auth, every request is tenant ``default``."""
+
+    def describe(self) -> dict[str, Any]:
+        """Effective limits, as logged at start (keys are never logged)."""
+        data = dataclasses.asdict(self)
+        data["api_keys"] = f"{len(self.api_keys)} key(s) for " \
+                           f"{len(set(self.api_keys.values()))} tenant(s)"
+        return data
+
+
+_NUMBERS = {"render_concurrency": int, "render_queue": int, "io_threads": int,
+            "max_upload_seconds": float, "request_timeout": float}
+_SIZES = ("max_body_bytes", "max_upload_bytes")
+_BOOLS = ("privacy", "allow_public")
+
+
+def service_options(settings: Settings, **overrides: Any) -> ServiceOptions:
+    """Read the service's sections out of ``settings.extra`` plus the environment."""
+    table: dict[str, Any] = dict(settings.extra.get("service", {}))
+    for name in [f.name for f in dataclasses.fields(ServiceOptions)]:
+        env = os.environ.get(f"VOXCACHE_SERVICE_{name.upper()}")
+        if env is not None:
+            table[name] = env
+    table.update({k: v for k, v in overrides.items() if v is not None})
+    values: dict[str, Any] = {}
+    try:
+        for name, value in table.items():
+            if name in _NUMBERS:
+                values[name] = _NUMBERS[name](value)
+            elif name in _SIZES:
+                values[name] = parse_size(value)
+            elif name in _BOOLS:
+                values[name] = value if isinstance(value, bool) else str(value).lower() in (
+                    "1", "true", "yes")
+            else:
+                raise InvalidParameter(f"[service] has no setting {name!r}")
+    except (TypeError, ValueError) as exc:
+        raise InvalidParameter(f"bad [service] setting: {exc}") from None
+    aliases = {str(k): str(v) for k, v in settings.extra.get("voice_aliases", {}).items()}
+    return ServiceOptions(**values, voice_aliases=aliases,
+                          api_keys=_api_keys(settings.extra.get("tenants", {})))
+
+
+def _api_keys(tenants: dict[str, Any]) -> dict[str, str]:
+    """``[tenants.acme] api_keys = [...]`` → {key: "acme"}; a key may name one tenant only."""
+    keys: dict[str, str] = {}
+    for tenant, table in tenants.items():
+        for key in (table or {}).get("api_keys", []):
+            if not isinstance(key, str) or len(key) < 8:
+                raise InvalidParameter(f"[tenants.{tenant}] api_keys must be strings of 8+ chars")
+            if keys.setdefault(key, tenant) != tenant:
+                raise InvalidParameter(f"an API key is listed for two tenants ({tenant})")
+    return keys

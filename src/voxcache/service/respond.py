@@ -1,0 +1,106 @@
+"""Turning a take into an HTTP response: whole bodies, progressive audio, and SSE.
+
+Every audio response says how it was served (``X-Cache``, ``X-Cache-Tier``,
+``X-Cache-Key``, ``ETag``). A whole body has its ``Content-Length``; a wav take
+is the stored file itself (no re-encode), other formats are encoded in the I/O
+pool and kept in the memory tier as ``encoded`` entries, so a repeated mp3 hit
+costs what a wav hit does. A streamed take waits for its first chunk before
+sending headers, so a failure before any audio still gets its proper 4xx/5xx.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import Response
+from fastapi.responses import StreamingResponse
+
+from ..audio import Audio
+from ..entry import Entry, blob_entry
+from .formats import Format, encode, media_type, wav_header
+from .serving import Server, Take
+
+STREAMABLE = ("pcm", "wav")
+"""Formats whose chunks concatenate into one valid stream."""
+
+
+def cache_headers(take: Take, fmt: Format) -> dict[str, str]:
+    """The headers that say how a take was served."""
+    etag = take.key if fmt.name == "wav" else f"{take.key}.{fmt.name}"
+    return {"X-Cache": take.cache, "X-Cache-Tier": take.tier, "X-Cache-Key": take.key,
+            "ETag": f'"{etag}"', "Cache-Control": "no-cache" if take.cache == "BYPASS"
+            else "private, max-age=0"}
+
+
+async def whole(server: Server, take: Take, fmt: Format, started: float) -> Response:
+    """The take as one body with Content-Length."""
+    assert take.entry is not None
+    body = await encoded(server, take.entry, fmt)
+    server.metrics.first_audio(take.cache, time.perf_counter() - started)
+    return Response(body, media_type=media_type(fmt, take.sample_rate),
+                    headers=cache_headers(take, fmt))
+
+
+async def encoded(server: Server, entry: Entry, fmt: Format) -> bytes:
+    """The entry in ``fmt``: the stored bytes for wav, a memoised encoding otherwise."""
+    if fmt.name == "wav":
+        return entry.blob
+    if fmt.name == "pcm":
+        return bytes(entry.payload)
+    name = f"{entry.header.key}.{fmt.name}"
+    memo = server.cache.memory.get(name, "encoded")
+    if memo is not None:
+        return bytes(memo.payload)
+    data = await server.admission.read(encode, entry.audio(), fmt)
+    if entry.header.expires is None:
+        server.cache.memory.put(blob_entry(name, "encoded", data, fmt.media_type))
+    return data
+
+
+async def streamed(server: Server, take: Take, fmt: Format, started: float,
+                   sse: bool) -> Response:
+    """The take as it is rendered: progressive audio, or SSE ``speech.audio.*`` events."""
+    chunks = take.chunks(server.timeout)
+    first = await anext(chunks)  # failures before any audio become proper errors
+    server.metrics.first_audio(take.cache, time.perf_counter() - started)
+    headers = cache_headers(take, fmt)
+    if sse:
+        return StreamingResponse(_sse(server, first, chunks, fmt), headers=headers,
+                                 media_type="text/event-stream")
+    return StreamingResponse(_progressive(first, chunks, fmt),
+                             media_type=media_type(fmt, take.sample_rate), headers=headers)
+
+
+async def _progressive(first: Audio, rest: AsyncIterator[Audio], fmt: Format
+                       ) -> AsyncIterator[bytes]:
+    if fmt.name == "wav":
+        yield wav_header(first.sample_rate, first.channels, None)
+    yield first.pcm
+    async for chunk in rest:
+        yield chunk.pcm
+
+
+async def _sse(server: Server, first: Audio, rest: AsyncIterator[Audio], fmt: Format
+               ) -> AsyncIterator[bytes]:
+    """One ``speech.audio.delta`` per chunk (pcm: raw samples; other formats: a whole file
+    per chunk), then ``speech.audio.done``."""
+    frames = 0
+
+    async def delta(chunk: Audio) -> bytes:
+        nonlocal frames
+        frames += chunk.frames
+        data = chunk.pcm if fmt.name == "pcm" else await server.admission.read(encode, chunk,
+                                                                                  fmt)
+        event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
+        return f"data: {json.dumps(event)}\n\n".encode()
+
+    yield await delta(first)
+    async for chunk in rest:
+        yield await delta(chunk)
+    done = {"type": "speech.audio.done",
+            "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0},
+            "audio_frames": frames}
+    yield f"data: {json.dumps(done)}\n\n".encode()

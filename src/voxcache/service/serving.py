@@ -1,0 +1,195 @@
+"""The request path on the event loop: memory → in-flight → disk → admission → engine.
+
+``CachedEngine.asynthesize`` is the library's path; a server needs two more
+things from it, so this module walks the same tiers with the server's pools:
+hits never queue behind renders (memory on the loop, disk in the I/O pool,
+renders in bounded slots), and a miss can be *streamed* — the leader's render
+publishes each sentence to its ``Flight`` and every caller of that key, the
+leader's own included, follows the flight: what exists so far, then live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from ..audio import Audio
+from ..cached import CachedEngine
+from ..entry import Entry, audio_entry
+from ..errors import EngineError, VoxcacheError
+from ..request import ResolvedRequest, SynthesisRequest
+from ..singleflight import Flight
+from .admission import Admission
+from .metrics import Metrics
+
+FOLLOW_POLL = 0.005
+"""Seconds between checks of a flight for new chunks (bounds added time-to-first-audio)."""
+
+MODES = ("use", "bypass", "refresh")
+"""Cache modes: ``use`` (default), ``bypass`` (render, neither read nor store),
+``refresh`` (drop the stored take, render and store a new one)."""
+
+
+@dataclass(slots=True)
+class Take:
+    """A served request: how it was served and its audio (whole, or as a chunk stream)."""
+
+    key: str
+    cache: str
+    """HIT, MISS, JOINED or BYPASS (the X-Cache header)."""
+    tier: str
+    sample_rate: int
+    channels: int
+    entry: Entry | None = None
+    flight: Flight | None = None
+    """Set for a streamed miss or join: chunks are read from it as they arrive."""
+
+    async def chunks(self, timeout: float) -> AsyncIterator[Audio]:
+        """Yield the take's audio: stored at once, or a flight's chunks as they are rendered."""
+        if self.flight is None:
+            assert self.entry is not None
+            yield self.entry.audio()
+            return
+        flight, sent = self.flight, 0
+        deadline = time.monotonic() + timeout
+        while True:
+            available = len(flight.chunks)
+            if sent < available:
+                for chunk in flight.chunks[sent:available]:
+                    yield chunk
+                sent = available
+                continue
+            if flight.future.done():
+                if len(flight.chunks) > sent:
+                    continue
+                result = flight.future.result()  # re-raises the leader's failure
+                if sent == 0:  # rendered by another process: nothing was published here
+                    yield result.entry.audio()
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError("render did not finish in time")
+            await asyncio.sleep(FOLLOW_POLL)
+
+
+class Server:
+    """One engine behind the cache, with the pools and counters of a server process."""
+
+    def __init__(self, cached: CachedEngine, admission: Admission, metrics: Metrics,
+                 timeout: float) -> None:
+        self.cached = cached
+        self.cache = cached.cache
+        self.admission = admission
+        self.metrics = metrics
+        self.timeout = timeout
+
+    async def resolve(self, request: SynthesisRequest) -> tuple[ResolvedRequest, str]:
+        """Canonicalise and key a request (a reference clip is decoded off the loop)."""
+        if request.reference_audio is not None:
+            return await self.admission.read(self.cached.resolve_and_key, request)
+        return self.cached.resolve_and_key(request)
+
+    async def take(self, resolved: ResolvedRequest, key: str, mode: str = "use",
+                   stream: bool = False, request: SynthesisRequest | None = None) -> Take:
+        """Find or render the take; with ``stream`` a miss returns before its render ends."""
+        rate, channels = self.cached.engine.sample_rate, 1
+        if request is not None and mode == "use" and self._needs_library_path(resolved):
+            return await self._library(request)
+        if mode == "bypass":
+            entry = await self._bypass(resolved, key)
+            return Take(key, "BYPASS", "engine", rate, channels, entry=entry)
+        if mode == "refresh":
+            await self.admission.read(self.cache.delete, key)
+        else:
+            found = await self.lookup(key)
+            if found is not None:
+                return found
+        flight, leader = self.cached.flights.join_or_lead(key)
+        if leader:
+            self._lead(resolved, key, flight)
+            status = "MISS"
+        else:
+            status = "JOINED"
+            self.cache.count("joins")
+        if stream:
+            return Take(key, status, "engine", rate, channels, flight=flight)
+        result = await asyncio.wait_for(asyncio.wrap_future(flight.future), self.timeout)
+        if leader and result.cache == "joined":  # another process rendered it meanwhile
+            status = "JOINED"
+        return Take(key, status, result.tier if status == "JOINED" else "engine",
+                    result.entry.header.sample_rate, result.entry.header.channels,
+                    entry=result.entry)
+
+    async def lookup(self, key: str) -> Take | None:
+        """Memory on the loop, then a render in flight, then disk in the I/O pool."""
+        entry = self.cache.memory.get(key)
+        tier = "memory"
+        if entry is None:
+            flight = self.cached.flights.get(key)
+            if flight is not None:
+                return None  # join it (and stream it) below
+            entry = await self.admission.read(self.cache.disk.get, key)
+            if entry is None:
+                return None
+            self.cache.memory.put(entry)
+            tier = "disk"
+        self.cache.count(f"hits_{tier}")
+        self.metrics.hit(tier, entry)
+        header = entry.header
+        return Take(key, "HIT", tier, header.sample_rate, header.channels, entry=entry)
+
+    def _needs_library_path(self, resolved: ResolvedRequest) -> bool:
+        """True when a cache policy of ``CachedEngine`` (seed variants, segments, stale serving)
+        decides this request: then its own ``synthesize`` serves it, in a render slot."""
+        cached = self.cached
+        if getattr(cached, "segments", False) or getattr(cached, "model_policy", "strict") \
+                != "strict":
+            return True
+        policy = getattr(cached, "seed_policy", None)
+        return resolved.seed is None and getattr(policy, "mode", "pin") != "pin"
+
+    async def _library(self, request: SynthesisRequest) -> Take:
+        started = time.perf_counter()
+        future = self.admission.submit_render(self.cached.synthesize, request)
+        future.add_done_callback(lambda f: self._rendered(f.exception(), started))
+        result = await asyncio.wait_for(asyncio.wrap_future(future), self.timeout)
+        header = result.entry.header
+        status = {"miss": "MISS", "partial": "MISS"}.get(result.cache, result.cache.upper())
+        return Take(result.key, status, result.tier, header.sample_rate, header.channels,
+                    entry=result.entry)
+
+    def _lead(self, resolved: ResolvedRequest, key: str, flight: Flight) -> None:
+        """Start the render in a slot; a refusal lands the flight so joiners see it too."""
+        started = time.perf_counter()
+        try:
+            future = self.admission.submit_render(self.cached.lead_flight, resolved, key,
+                                                  flight, started)
+        except VoxcacheError as exc:
+            flight.future.set_exception(exc)
+            self.cached.flights.land(key, flight)
+            raise
+        future.add_done_callback(lambda f: self._rendered(f.exception(), started))
+
+    def _rendered(self, failure: BaseException | None, started: float) -> None:
+        seconds = time.perf_counter() - started
+        self.admission.record_render(seconds)
+        self.metrics.rendered(seconds, failed=failure is not None)
+
+    async def _bypass(self, resolved: ResolvedRequest, key: str) -> Entry:
+        """Render without reading or writing the cache (still inside admission control)."""
+        def render() -> Entry:
+            try:
+                chunks = list(self.cached.engine.render(resolved))
+            except VoxcacheError:
+                raise
+            except Exception as exc:
+                raise EngineError(f"engine {self.cached.engine.id!r} failed: {exc}") from exc
+            if not chunks:
+                raise EngineError(f"engine {self.cached.engine.id!r} produced no audio")
+            return audio_entry(key, Audio.join(chunks), meta={"tenant": resolved.tenant})
+
+        started = time.perf_counter()
+        future = self.admission.submit_render(render)
+        future.add_done_callback(lambda f: self._rendered(f.exception(), started))
+        return await asyncio.wait_for(asyncio.wrap_future(future), self.timeout)

@@ -1,0 +1,144 @@
+"""Synthesis routes: OpenAI-compatible ``POST /v1/audio/speech`` and native ``POST /v1/synthesize``.
+
+Both build one core ``SynthesisRequest`` (the tenant from the API key, a named
+uploaded voice replaced by its clip and prompt text) and hand it to the same
+path: ``Server.take`` then ``respond``. A route never chooses an error status;
+it raises from the error tree and ``errors.STATUS`` decides.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import time
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, Response
+
+from ..errors import InvalidParameter, UnsupportedFeature
+from ..request import SynthesisRequest
+from .errors import VoiceClipDropped
+from .formats import lookup
+from .guard import tenant_of
+from .options import OPENAI_MODELS, OPENAI_VOICES
+from .respond import STREAMABLE, streamed, whole
+from .schemas import SpeechRequest, SynthesizeRequest
+from .serving import Server
+from .voices import VOICE_ID
+
+router = APIRouter()
+
+AUDIO_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"audio/wav": {}, "audio/mpeg": {}, "audio/flac": {}, "audio/pcm": {},
+                      "text/event-stream": {}},
+          "description": "audio; X-Cache says how it was served"},
+    400: {"description": "invalid request"}, 401: {"description": "bad API key"},
+    404: {"description": "unknown voice"}, 503: {"description": "overloaded"},
+}
+
+
+@router.post("/v1/audio/speech", responses=AUDIO_RESPONSES, tags=["synthesis"])
+async def speech(body: SpeechRequest, request: Request,
+                 tenant: str = Depends(tenant_of)) -> Response:
+    """OpenAI-compatible speech: the official ``openai`` client works unchanged."""
+    started = time.perf_counter()
+    server: Server = request.app.state.server
+    _check_model(server, body.model)
+    voice = body.voice.id if hasattr(body.voice, "id") else body.voice
+    core = SynthesisRequest(text=body.input, instruct=body.instructions, language=body.language,
+                            seed=body.seed, speed=body.speed, params=body.params, tenant=tenant,
+                            **_voice_fields(request, tenant, voice))  # type: ignore[arg-type]
+    sse = body.stream_format == "sse"
+    stream = sse or body.response_format == "pcm"
+    return await _serve(request, "speech", core, body.response_format, body.cache, stream, sse,
+                        started)
+
+
+@router.post("/v1/synthesize", responses=AUDIO_RESPONSES, tags=["synthesis"])
+async def synthesize(body: SynthesizeRequest, request: Request,
+                     tenant: str = Depends(tenant_of)) -> Response:
+    """Native synthesis: every field of the core request, base64 reference audio included."""
+    started = time.perf_counter()
+    fields = body.model_dump()
+    for name in ("response_format", "stream", "cache"):
+        fields.pop(name)
+    if fields.get("reference_audio") is not None:
+        fields["reference_audio"] = _b64(fields["reference_audio"])
+        if fields.get("voice"):
+            raise InvalidParameter("send either voice or reference_audio, not both")
+    else:
+        fields.pop("reference_audio")
+        voice_fields = _voice_fields(request, tenant, fields.pop("voice"))
+        if "prompt_text" in voice_fields and fields.get("prompt_text"):
+            raise InvalidParameter("an uploaded voice carries its own prompt_text; omit it")
+        fields.update({k: v for k, v in voice_fields.items() if v is not None or k == "voice"})
+    core = SynthesisRequest(**fields, tenant=tenant)
+    return await _serve(request, "synthesize", core, body.response_format, body.cache,
+                        body.stream, False, started)
+
+
+async def _serve(request: Request, route: str, core: SynthesisRequest, format_name: str,
+                 mode: str, stream: bool, sse: bool, started: float) -> Response:
+    server: Server = request.app.state.server
+    fmt = lookup(format_name)
+    if stream and not sse and fmt.name not in STREAMABLE:
+        stream = False  # encoded formats are delivered whole
+    private = getattr(request.state, "private_voice", None)
+    resolved, key = await server.resolve(core)
+    if private is not None:
+        resolved = dataclasses.replace(resolved, voice=None, reference_fingerprint=private[0],
+                                       prompt_text=private[1])
+        key = server.cached.key_of(resolved)
+        take = await server.lookup(key)
+        if take is None:
+            raise VoiceClipDropped(
+                "this voice was uploaded in privacy mode: its clip was not kept, so only takes "
+                "already stored can be served; upload the clip again to render new text")
+    else:
+        take = await server.take(resolved, key, mode, stream=stream, request=core)
+    if stream or take.flight is not None:
+        response = await streamed(server, take, fmt, started, sse)
+    else:
+        response = await whole(server, take, fmt, started)
+    server.metrics.request(route, take.cache, response.status_code)
+    return response
+
+
+def _check_model(server: Server, model: str | None) -> None:
+    engine = server.cached.engine.id
+    if model and model != engine and model not in OPENAI_MODELS:
+        raise InvalidParameter(f"model {model!r} is not served here; this server renders with "
+                               f"{engine!r} and also accepts {', '.join(OPENAI_MODELS)}")
+
+
+def _voice_fields(request: Request, tenant: str, name: str | None) -> dict[str, Any]:
+    """Map a voice name to request fields: an uploaded voice, an alias, or an engine voice."""
+    if not name:
+        return {"voice": None}
+    state = request.app.state
+    engine = state.server.cached.engine
+    if VOICE_ID.fullmatch(name):
+        voice = state.voices.get(tenant, name)
+        if not engine.supports_reference:
+            raise UnsupportedFeature(
+                f"voice {name!r} is an uploaded clip, but engine {engine.id!r} cannot clone "
+                f"voices; use one of its own: {', '.join(sorted(set(engine.voices)))}")
+        clip = state.voices.clip(tenant, name)
+        if clip is None:
+            request.state.private_voice = (voice.fingerprint, voice.prompt_text)
+            return {"voice": None}
+        return {"voice": None, "reference_audio": clip, "prompt_text": voice.prompt_text}
+    aliases: dict[str, str] = state.options.voice_aliases
+    if name in aliases:
+        return {"voice": aliases[name]}
+    if name in OPENAI_VOICES:
+        return {"voice": engine.default_voice}
+    return {"voice": name}
+
+
+def _b64(data: str) -> bytes:
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidParameter("reference_audio must be base64 (a WAV, FLAC or OGG file)") from None

@@ -1,0 +1,142 @@
+"""Uploaded voices: a reference clip and its prompt text, stored once per tenant.
+
+A voice id is derived from what the clip *sounds like* (the decoded-PCM
+fingerprint) and its prompt text, so the same clip uploaded twice — re-encoded,
+renamed — is one voice, and two tenants uploading one clip get the same id in
+separate folders (``<cache>/voices/<tenant>/<id>/``): an id is useless outside
+its tenant. In privacy mode the raw clip is never written: the voice keeps its
+fingerprint and metadata, so takes already rendered with it stay servable, but
+new sentences need the clip uploaded again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import blake3
+
+from ..audio import decode_reference, fingerprint_reference
+from ..errors import BadReferenceAudio, InvalidParameter, NotFound
+from ..request import normalize_text
+
+VOICE_ID = re.compile(r"vc_[0-9a-f]{24}")
+MAX_PROMPT_CHARS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Voice:
+    """An uploaded voice as stored (never the clip itself)."""
+
+    id: str
+    tenant: str
+    name: str
+    prompt_text: str | None
+    fingerprint: str
+    duration: float
+    sample_rate: int
+    created: float
+    private: bool
+    """True when the raw clip was not kept (privacy mode)."""
+
+    def public(self) -> dict[str, object]:
+        """What the API shows (the tenant is implied by the caller)."""
+        data = asdict(self)
+        data.pop("tenant")
+        data["fingerprint"] = self.fingerprint[:16]
+        return data
+
+
+class VoiceStore:
+    """Voices under ``<root>/<tenant>/<id>/``: ``voice.json`` and, unless private, ``clip``."""
+
+    def __init__(self, root: Path, max_seconds: float) -> None:
+        self.root = Path(root)
+        self.max_seconds = max_seconds
+
+    def add(self, tenant: str, clip: bytes, prompt_text: str | None, name: str | None,
+            private: bool) -> tuple[Voice, bool]:
+        """Validate and store a clip; return the voice and whether it was new."""
+        decode_reference(clip, self.max_seconds)  # refuses empty, undecodable, too long
+        ref = fingerprint_reference(clip, self.max_seconds)
+        if ref.duration < 0.1:
+            raise BadReferenceAudio(f"reference clip is {ref.duration:.2f} s; send at least 0.1 s")
+        prompt = normalize_text(prompt_text) if prompt_text else None
+        if prompt and len(prompt) > MAX_PROMPT_CHARS:
+            raise InvalidParameter(f"prompt_text is over {MAX_PROMPT_CHARS} characters")
+        identity = f"{ref.fingerprint}\0{prompt or ''}".encode()
+        voice_id = "vc_" + blake3.blake3(identity).hexdigest()[:24]
+        folder = self._folder(tenant, voice_id)
+        existing = self._read(tenant, voice_id)
+        if existing is not None and (private or not existing.private):
+            return existing, False
+        voice = Voice(voice_id, tenant, (name or voice_id)[:100], prompt, ref.fingerprint,
+                      round(ref.duration, 3), ref.sample_rate, time.time(), private)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not private:
+            _write(folder / "clip", clip)
+        _write(folder / "voice.json", json.dumps(asdict(voice)).encode())
+        return voice, existing is None
+
+    def get(self, tenant: str, voice_id: str) -> Voice:
+        """Return the tenant's voice or ``NotFound`` (also for another tenant's id)."""
+        voice = self._read(tenant, voice_id)
+        if voice is None:
+            raise NotFound(f"no voice {voice_id!r}")
+        return voice
+
+    def clip(self, tenant: str, voice_id: str) -> bytes | None:
+        """The stored clip, or None for a private voice."""
+        try:
+            return (self._folder(tenant, voice_id) / "clip").read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def list(self, tenant: str) -> list[Voice]:
+        """The tenant's voices, newest first."""
+        folder = self._tenant_folder(tenant)
+        if not folder.is_dir():
+            return []
+        voices = [v for p in folder.iterdir() if (v := self._read(tenant, p.name)) is not None]
+        return sorted(voices, key=lambda v: v.created, reverse=True)
+
+    def delete(self, tenant: str, voice_id: str) -> None:
+        """Remove a voice (its clip and metadata); ``NotFound`` when the tenant has none."""
+        self.get(tenant, voice_id)
+        shutil.rmtree(self._folder(tenant, voice_id), ignore_errors=True)
+
+    def _read(self, tenant: str, voice_id: str) -> Voice | None:
+        if not VOICE_ID.fullmatch(voice_id):
+            return None
+        try:
+            data = json.loads((self._folder(tenant, voice_id) / "voice.json").read_text())
+            return Voice(**data)
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def _tenant_folder(self, tenant: str) -> Path:
+        return self.root / blake3.blake3(tenant.encode()).hexdigest()[:16]
+
+    def _folder(self, tenant: str, voice_id: str) -> Path:
+        if not VOICE_ID.fullmatch(voice_id):
+            raise NotFound(f"no voice {voice_id!r}")
+        return self._tenant_folder(tenant) / voice_id
+
+
+def _write(path: Path, data: bytes) -> None:
+    """Temp file + rename, 0600: a crash never leaves half a clip under its name."""
+    temp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(temp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)

@@ -1,0 +1,135 @@
+"""Fixtures for the service: an app over a tone or Piper engine, and real uvicorn servers.
+
+``live_server`` runs uvicorn in a thread of the test process (so a test can
+count the engine's calls); ``serve_process`` runs ``voxcache serve`` as a real
+subprocess (for --workers, startup logs and shutdown).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from voxcache.cache import Cache
+from voxcache.cached import CachedEngine
+from voxcache.config import Settings
+from voxcache.engines.tone import ToneEngine
+from voxcache.service import create_app
+from voxcache.service.options import ServiceOptions
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LiveServer:
+    """A uvicorn server on a free loopback port, in a background thread."""
+
+    def __init__(self, app: object) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                timeout_graceful_shutdown=5)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> LiveServer:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+
+
+AppFactory = Callable[..., tuple[object, CachedEngine]]
+
+
+@pytest.fixture
+def make_app(tmp_path: Path) -> Iterator[AppFactory]:
+    """Build apps over a tone engine (or a given engine) in this test's cache folder."""
+    caches: list[Cache] = []
+
+    def make(engine: object | None = None, **options: object) -> tuple[object, CachedEngine]:
+        settings = Settings(cache_dir=tmp_path / "cache", engine="tone")
+        cache = Cache(settings.cache_dir, settings.cache_config())
+        caches.append(cache)
+        cached = CachedEngine(engine or ToneEngine(), cache)
+        return create_app(settings, options=ServiceOptions(**options), cached=cached), cached
+
+    yield make
+    for cache in caches:
+        with contextlib.suppress(Exception):
+            cache.close()
+
+
+@pytest.fixture
+def tone_server(make_app: AppFactory) -> Iterator[tuple[LiveServer, CachedEngine]]:
+    app, cached = make_app()
+    with LiveServer(app) as live:
+        yield live, cached
+
+
+@contextlib.contextmanager
+def serve_process(cache_dir: Path, *args: str, engine: str = "tone",
+                  config: Path | None = None) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """Run ``voxcache serve`` as a subprocess; yield its URL once /readyz answers."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "voxcache.cli", "--cache-dir", str(cache_dir),
+           "--engine", engine]
+    if config is not None:
+        cmd += ["--config", str(config)]
+    cmd += ["serve", "--port", str(port), *args]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"voxcache serve exited: {proc.stdout.read()}")  # type: ignore[union-attr]
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError("voxcache serve did not become ready")
+            time.sleep(0.1)
+        yield url, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def live() -> type[LiveServer]:
+    """The LiveServer class (test modules here are not a package, so they get it this way)."""
+    return LiveServer
+
+
+@pytest.fixture
+def serve_proc() -> Callable[..., contextlib.AbstractContextManager[tuple[str, object]]]:
+    """``serve_process`` for test modules."""
+    return serve_process
