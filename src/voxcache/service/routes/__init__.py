@@ -1,1 +1,0 @@
-"""Protocol-compatible routers: GPT-SoVITS ``/tts`` and CosyVoice ``/inference_*``."""
