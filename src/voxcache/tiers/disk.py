@@ -15,6 +15,7 @@ import errno
 import logging
 import os
 import secrets
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from ..entry import CorruptEntry, Entry, decode
 from ..errors import CacheDirError
 from .index import Index, IndexRow
 from .layout import SUBFOLDERS, TEMP_PREFIX, entry_path, write_pin
-from .lifecycle import rebuild_index
+from .lifecycle import rebuild_index, reconcile
 
 log = logging.getLogger("voxcache.disk")
 
@@ -36,7 +37,7 @@ class DiskTier:
 
     name = "disk"
 
-    def __init__(self, root: Path, *, flush_interval: float = 2.0,
+    def __init__(self, root: Path, *, flush_interval: float = 2.0, check_at_start: bool = True,
                  clock: Callable[[], float] = time.time) -> None:
         self.root = Path(root)
         self._clock = clock
@@ -50,6 +51,22 @@ class DiskTier:
         self._flusher = threading.Thread(target=self._flush_loop, args=(flush_interval,),
                                          name="voxcache-disk-flush", daemon=True)
         self._flusher.start()
+        self.startup_check: threading.Thread | None = None
+        if check_at_start:
+            self.startup_check = threading.Thread(target=self._check_at_start,
+                                                  name="voxcache-disk-check", daemon=True)
+            self.startup_check.start()
+
+    def _check_at_start(self) -> None:
+        """Sweep crash-left temp files and reconcile the index with the files, off the
+        request path (a million-entry folder takes seconds to walk)."""
+        try:
+            report = reconcile(self.root, self.index)
+        except Exception as exc:  # never take the process down over an accelerator
+            log.warning("disk tier: start-up check failed: %s", exc)
+            return
+        if any(report.values()):
+            log.warning("disk tier: start-up check repaired the index: %s", report)
 
     # -- reads -------------------------------------------------------------
     def get(self, key: str, kind: str = "audio") -> Entry | None:
@@ -160,6 +177,8 @@ class DiskTier:
         """Flush and stop the background flusher."""
         self._stop.set()
         self._flusher.join(timeout=5)
+        if self.startup_check is not None:
+            self.startup_check.join(timeout=30)
         self.flush()
         self.index.close()
 
@@ -189,13 +208,19 @@ def _prepare_root(root: Path) -> None:
             (root / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(root, 0o700)
         probe = root / f"{TEMP_PREFIX}probe-{os.getpid()}"
-        probe.write_bytes(b"ok")
-        probe.unlink()
+        try:
+            probe.write_bytes(b"ok")
+        finally:
+            probe.unlink(missing_ok=True)
     except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            # Full, not broken: render anyway; each take says it was not stored.
+            log.warning("disk tier: %s is full; takes are served but not cached until "
+                        "space is freed", root)
+            return
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
-        hint = " (the disk is full)" if exc.errno == errno.ENOSPC else ""
         raise CacheDirError(
-            f"cache folder {root} is not usable: {reason}{hint}. Choose another with "
+            f"cache folder {root} is not usable: {reason}. Choose another with "
             "--cache-dir or VOXCACHE_DIR, or fix its permissions."
         ) from None
 
@@ -209,6 +234,14 @@ def _open_index(root: Path) -> Index:
     try:
         index = Index(path)
         index.query("SELECT count(*) FROM entries")
+    except sqlite3.OperationalError as exc:
+        # Locked, full or unwritable: the file may be fine, so never delete it here.
+        if shutil.disk_usage(root).free > 1 << 20:
+            raise CacheDirError(f"cache index {path} cannot be opened: {exc}. Fix the "
+                                "folder's permissions or choose another --cache-dir.") from None
+        log.warning("disk tier: %s is full, so the index cannot be opened (%s); hits are "
+                    "served, new takes are not cached until space is freed", root, exc)
+        return Index.in_memory()
     except sqlite3.DatabaseError as exc:
         log.warning("disk tier: index %s unreadable (%s); rebuilding from the files", path, exc)
         for suffix in ("", "-wal", "-shm"):

@@ -88,16 +88,18 @@ class IndexRow:
 class Index:
     """The SQLite index; one connection per thread, WAL mode."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path | str, *, uri: bool = False) -> None:
         self.path = path
+        self._uri = uri
         self._local = threading.local()
+        self._keepalive: sqlite3.Connection | None = None
         self._connect().executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")
 
     def _connect(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
         if db is None:
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None,
-                                 check_same_thread=False)
+                                 check_same_thread=False, uri=self._uri)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.create_function("vx_score", 2, score, deterministic=True)
@@ -178,6 +180,13 @@ class Index:
         """Return rows matching a SQL condition (internal callers only)."""
         sql = f"SELECT * FROM entries WHERE {where} ORDER BY {order} LIMIT ?"
         return [IndexRow(*r[:7], bool(r[8]), *r[9:]) for r in self.query(sql, (*args, limit))]
+
+    @classmethod
+    def in_memory(cls) -> Index:
+        """A process-private index, for when the folder cannot hold one (a full disk)."""
+        index = cls(f"file:voxcache-index-{id(object())}?mode=memory&cache=shared", uri=True)
+        index._keepalive = index._connect()  # the shared memory db lives while one is open
+        return index
 
     def close(self) -> None:
         """Close this thread's connection."""

@@ -129,8 +129,10 @@ def _stored_files(root: Path) -> dict[str, Path]:
 
 def reconcile(root: Path, index: Index) -> dict[str, int]:
     """Make the index match the files: add missing rows, drop rows without files."""
-    files = _stored_files(root)
+    # Index first, files second: a writer publishes its file before its row, so a row
+    # that appears between the two reads always has its file in the walk.
     indexed = {row[0] for row in index.query("SELECT key FROM entries")}
+    files = _stored_files(root)
     stale = indexed - set(files)
     if stale:
         index.remove(stale)

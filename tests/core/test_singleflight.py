@@ -1,0 +1,142 @@
+"""One synthesis per key, however many threads and processes ask at once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from voxcache.request import SynthesisRequest as R
+from voxcache.singleflight import FlightGroup, key_lock
+
+WORKER = Path(__file__).with_name("stampede_worker.py")
+
+
+def stampede(cache_dir: Path, engine: str, text: str, processes: int = 4, threads: int = 8):
+    start_at = time.time() + (6.0 if engine == "piper" else 2.0)  # after every process loaded
+    procs = [subprocess.Popen([sys.executable, str(WORKER), str(cache_dir), engine, text,
+                               str(start_at), str(threads)], stdout=subprocess.PIPE, text=True)
+             for _ in range(processes)]
+    outputs = [json.loads(p.communicate(timeout=180)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    return outputs
+
+
+@pytest.mark.slow
+def test_4_processes_x_8_threads_render_once(cache_dir):
+    outputs = stampede(cache_dir, "tone", "A brand new sentence nobody asked for before.")
+    assert sum(o["renders"] for o in outputs) == 1
+    statuses = Counter(s for o in outputs for s in o["statuses"])
+    assert statuses["miss"] == 1 and sum(statuses.values()) == 32
+    assert set(statuses) <= {"miss", "joined", "hit"}
+
+
+@pytest.mark.slow
+@pytest.mark.piper
+def test_4_processes_x_8_threads_render_once_with_piper(cache_dir):
+    outputs = stampede(cache_dir, "piper", "The next train to Central Station arrives soon.")
+    assert sum(o["renders"] for o in outputs) == 1
+    assert all(o["distinct"] == 1 for o in outputs)  # every caller got the one take
+
+
+def test_threads_in_one_process_share_one_render(cached_tone, tone):
+    results = []
+
+    def ask():
+        results.append(cached_tone.synthesize(R("Thread stampede.", params={"delay": 0.3})))
+
+    threads = [threading.Thread(target=ask) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(tone.calls) == 1
+    assert Counter(r.cache for r in results)["miss"] == 1
+    assert len({r.audio.pcm for r in results}) == 1
+
+
+def test_a_failed_render_reaches_every_waiter_and_is_not_cached(cached_tone, tone):
+    calls = []
+
+    def failing(request):
+        calls.append(1)
+        time.sleep(0.2)
+        raise RuntimeError("model crashed")
+
+    tone.render = failing
+    errors = []
+
+    def ask():
+        try:
+            cached_tone.synthesize(R("This will fail."))
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ask) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errors) == 5 and len(calls) == 1
+    assert "model crashed" in str(errors[0])
+    assert cached_tone.cache.get(cached_tone.key_of(cached_tone.resolve(R("This will fail."))))\
+        is None
+    assert len(cached_tone.flights) == 0
+
+
+def test_key_lock_is_exclusive_and_bounded(tmp_path):
+    with key_lock(tmp_path, "ab" * 32, wait=1) as first:
+        assert first
+        script = ("import sys; from pathlib import Path; from voxcache.singleflight import "
+                  "key_lock\nwith key_lock(Path(sys.argv[1]), 'ab'*32, wait=0.3) as got: "
+                  "print(got)")
+        out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
+                             text=True, check=True)
+        assert out.stdout.strip() == "False"
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == "True"
+
+
+def test_lock_of_a_killed_holder_is_released(tmp_path):
+    script = ("import sys, time; from pathlib import Path; from voxcache.singleflight import "
+              "key_lock\nwith key_lock(Path(sys.argv[1]), 'cd'*32, wait=1):\n"
+              "    print('held', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    holder.kill()
+    holder.wait()
+    with key_lock(tmp_path, "cd" * 32, wait=2) as got:
+        assert got
+
+
+def test_followers_stream_what_exists_then_live():
+    group = FlightGroup()
+    flight, leader = group.join_or_lead("k")
+    assert leader
+    same, follower_leads = group.join_or_lead("k")
+    assert same is flight and not follower_leads
+    from voxcache.audio import Audio
+
+    chunk = Audio(b"\x01\x00" * 10, 16000)
+    flight.publish(chunk)
+    got = []
+
+    def follow():
+        got.extend(flight.follow(timeout=5))
+
+    t = threading.Thread(target=follow)
+    t.start()
+    time.sleep(0.1)
+    flight.publish(chunk)
+    flight.future.set_result("done")
+    group.land("k", flight)
+    t.join(5)
+    assert got == [chunk, chunk]

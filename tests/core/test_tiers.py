@@ -1,0 +1,241 @@
+"""Memory and disk tiers: hits, promotion, corruption, rebuilds, eviction, TTL and pins."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+
+import numpy as np
+
+from voxcache.audio import Audio
+from voxcache.cache import Cache, CacheConfig
+from voxcache.entry import audio_entry
+from voxcache.request import SynthesisRequest as R
+from voxcache.tiers.layout import entry_path
+from voxcache.tiers.lifecycle import sweep_temp_files
+from voxcache.tiers.memory import MemoryTier
+
+
+def entry(i: int, frames: int = 1000, ttl: float | None = None, now: float | None = None):
+    pcm = np.full(frames, i, dtype="<i2").tobytes()
+    return audio_entry(f"{i:064x}", Audio(pcm, 16000), ttl=ttl, now=now)
+
+
+def test_second_request_is_a_memory_hit_with_the_same_samples(cached_tone, tone):
+    first = cached_tone.synthesize(R("Good morning. Sunny today."))
+    second = cached_tone.synthesize(R("Good morning.   Sunny today."))
+    assert (first.cache, first.tier) == ("miss", "engine")
+    assert (second.cache, second.tier) == ("hit", "memory")
+    assert second.audio == first.audio
+    assert len(tone.calls) == 1
+
+
+def test_disk_hit_in_a_new_process(cache_dir, cached_tone):
+    first = cached_tone.synthesize(R("Order forty-two, please."))
+    cached_tone.cache.close()
+    script = (
+        "import sys; from voxcache.cache import Cache; from voxcache.cached import CachedEngine;"
+        "from voxcache.engines.tone import ToneEngine; from voxcache.request import "
+        "SynthesisRequest; e = ToneEngine(); c = CachedEngine(e, Cache(sys.argv[1]));"
+        "r = c.synthesize(SynthesisRequest('Order forty-two, please.'));"
+        "sys.stdout.buffer.write(f'{r.cache} {r.tier} {len(e.calls)} '.encode() + r.audio.pcm)"
+    )
+    out = subprocess.run([sys.executable, "-c", script, str(cache_dir)], capture_output=True,
+                         check=True).stdout
+    status, tier, calls, pcm = out.split(b" ", 3)
+    assert (status, tier, calls) == (b"hit", b"disk", b"0")
+    assert pcm == first.audio.pcm
+
+
+def test_disk_hit_is_promoted_to_memory(cache):
+    e = entry(1)
+    cache.put(e)
+    cache.memory.clear()
+    assert cache.get(e.header.key)[1] == "disk"
+    assert cache.get(e.header.key)[1] == "memory"
+
+
+def test_files_and_folders_are_private(cache):
+    e = entry(2)
+    cache.put(e)
+    path = entry_path(cache.root, e.header.key, "audio")
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    assert cache.root.stat().st_mode & 0o777 == 0o700
+
+
+def test_flipped_byte_on_disk_is_quarantined_counted_and_rerendered(cached_tone, tone):
+    request = R("Please keep your belongings with you.")
+    first = cached_tone.synthesize(request)
+    path = entry_path(cached_tone.cache.root, first.key, "audio")
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+    cached_tone.cache.memory.clear()
+
+    again = cached_tone.synthesize(request)
+    assert (again.cache, again.tier) == ("miss", "engine")
+    assert again.audio == first.audio
+    assert len(tone.calls) == 2
+    assert list((cached_tone.cache.root / "quarantine").iterdir())
+    assert cached_tone.cache.stats()["counters"]["corruptions"] == 1
+
+
+def test_truncated_file_is_a_miss(cached_tone, tone):
+    first = cached_tone.synthesize(R("Doors closing."))
+    path = entry_path(cached_tone.cache.root, first.key, "audio")
+    path.write_bytes(path.read_bytes()[:-10])
+    cached_tone.cache.memory.clear()
+    assert cached_tone.synthesize(R("Doors closing.")).cache == "miss"
+
+
+def test_lost_index_is_rebuilt_from_the_files(cache_dir):
+    cache = Cache(cache_dir)
+    entries = [entry(i) for i in range(5)]
+    for e in entries:
+        cache.put(e)
+    cache.pin(entries[0].header.key)
+    cache.close()
+    os.unlink(cache_dir / "index.sqlite3")
+    rebuilt = Cache(cache_dir)
+    rows = {r.key: r for r in rebuilt.disk.index.rows()}
+    assert set(rows) == {e.header.key for e in entries}
+    assert rows[entries[0].header.key].pinned  # pins survive a rebuild
+    assert rebuilt.disk.index.totals() == (sum(e.size for e in entries), 5)
+    rebuilt.close()
+
+
+def test_corrupt_index_file_is_rebuilt(cache_dir):
+    cache = Cache(cache_dir)
+    cache.put(entry(1))
+    cache.close()
+    for suffix in ("-wal", "-shm"):
+        (cache_dir / f"index.sqlite3{suffix}").unlink(missing_ok=True)
+    (cache_dir / "index.sqlite3").write_bytes(b"this is not a database" * 100)
+    rebuilt = Cache(cache_dir)
+    assert rebuilt.disk.index.totals()[1] == 1
+    rebuilt.close()
+
+
+def test_stale_temp_files_from_dead_writers_are_swept(cache_dir, cache):
+    folder = cache_dir / "objects" / "ab" / "cd"
+    folder.mkdir(parents=True)
+    dead = folder / ".tmp-999999999-abc"
+    live = folder / f".tmp-{os.getpid()}-def"
+    dead.write_bytes(b"partial")
+    live.write_bytes(b"in progress")
+    assert sweep_temp_files(cache_dir) == 1
+    assert not dead.exists() and live.exists()
+
+
+def test_eviction_keeps_the_disk_under_its_cap_and_spares_pins(cache_dir):
+    one = entry(0).size
+    cache = Cache(cache_dir, CacheConfig(disk_max_bytes=10 * one))
+    pinned = entry(0)
+    cache.put(pinned)
+    cache.pin(pinned.header.key)
+    for i in range(1, 40):
+        cache.put(entry(i))
+        assert cache.disk.index.totals()[0] <= 10 * one
+    keys = {r.key for r in cache.disk.index.rows()}
+    assert pinned.header.key in keys
+    assert entry(39).header.key in keys  # the newest survives
+    assert cache.stats()["counters"]["evictions_size"] >= 29
+    on_disk = [p for p in (cache_dir / "objects").rglob("*.wav")]
+    assert len(on_disk) == len(keys)
+    cache.close()
+
+
+def test_frequently_hit_entries_survive_a_scan(cache_dir):
+    one = entry(0).size
+    cache = Cache(cache_dir, CacheConfig(disk_max_bytes=10 * one))
+    hot = entry(1000)
+    cache.put(hot)
+    for _ in range(20):
+        cache.memory.clear()
+        cache.get(hot.header.key)
+    cache.disk.flush()
+    for i in range(30):  # a one-off scan of new sentences
+        cache.put(entry(i))
+    assert cache.disk.get(hot.header.key) is not None
+    cache.close()
+
+
+def test_entry_count_cap(cache_dir):
+    cache = Cache(cache_dir, CacheConfig(disk_max_entries=5))
+    for i in range(12):
+        cache.put(entry(i))
+    assert cache.disk.index.totals()[1] <= 5
+    cache.close()
+
+
+def test_ttl_expires_in_every_tier(cache_dir):
+    now = [1_000.0]
+    cache = Cache(cache_dir, clock=lambda: now[0])
+    e = entry(5, ttl=10, now=now[0])
+    cache.put(e)
+    assert cache.get(e.header.key) is not None
+    now[0] += 11
+    assert cache.memory.get(e.header.key) is None
+    assert cache.disk.get(e.header.key) is None
+    assert cache.get(e.header.key) is None
+    cache.close()
+
+
+def test_gc_removes_expired_entries(cache_dir):
+    cache = Cache(cache_dir)
+    cache.put(entry(1, ttl=0.001, now=0.0))
+    cache.put(entry(2))
+    assert cache.gc()["expired"] == 1
+    assert cache.disk.index.totals()[1] == 1
+    cache.close()
+
+
+def test_pinned_with_ttl_becomes_evictable_after_it(cache_dir):
+    one = entry(0).size
+    cache = Cache(cache_dir, CacheConfig(disk_max_bytes=3 * one))
+    e = entry(0)
+    cache.put(e)
+    cache.pin(e.header.key, until=1.0)  # pin already over
+    for i in range(1, 10):
+        cache.put(entry(i))
+    assert cache.disk.get(e.header.key) is None
+    cache.close()
+
+
+def test_memory_tier_keeps_each_kind_within_its_budget():
+    entries = [entry(i, now=1.0) for i in range(10)]  # same created time: same size
+    budget = 3 * entries[0].size
+    tier = MemoryTier(budgets={"audio": budget})
+    for e in entries:
+        tier.put(e)
+    stats = tier.stats()["audio"]
+    assert stats["bytes"] <= budget and stats["entries"] == 3
+    assert tier.get(entries[9].header.key) is not None
+    assert tier.get(entries[0].header.key) is None
+
+
+def test_index_is_only_an_accelerator_hits_work_without_it(cached_tone):
+    first = cached_tone.synthesize(R("Mind the gap."))
+    with sqlite3.connect(cached_tone.cache.root / "index.sqlite3") as db:
+        db.execute("DELETE FROM entries")
+    cached_tone.cache.memory.clear()
+    assert cached_tone.synthesize(R("Mind the gap.")).key == first.key
+    assert cached_tone.synthesize(R("Mind the gap.")).cache == "hit"
+
+
+def test_async_twin(cached_tone, tone):
+    import asyncio
+
+    async def run():
+        results = await asyncio.gather(*(cached_tone.asynthesize(R("Stand clear.",
+                                          params={"delay": 0.2})) for _ in range(10)))
+        again = await cached_tone.asynthesize(R("Stand clear."))
+        return results, again
+
+    results, again = asyncio.run(run())
+    assert len(tone.calls) == 1
+    assert sorted({r.cache for r in results}) in (["joined", "miss"], ["hit", "joined", "miss"])
+    assert (again.cache, again.tier) == ("hit", "memory")
