@@ -239,3 +239,18 @@ def test_async_twin(cached_tone, tone):
     assert len(tone.calls) == 1
     assert sorted({r.cache for r in results}) in (["joined", "miss"], ["hit", "joined", "miss"])
     assert (again.cache, again.tier) == ("hit", "memory")
+
+
+def test_network_filesystem_is_warned_about_loudly(tmp_path, caplog):
+    from voxcache.tiers.disk import warn_if_network_filesystem
+
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"/dev/sda1 / ext4 rw 0 0\nnas:/export {tmp_path} nfs4 rw 0 0\n")
+    with caplog.at_level("WARNING"):
+        assert warn_if_network_filesystem(tmp_path / "cache", str(mounts)) == "nfs4"
+    assert "network filesystem" in caplog.text
+    caplog.clear()
+    local = tmp_path / "local-mounts"
+    local.write_text("/dev/sda1 / ext4 rw 0 0\n")
+    assert warn_if_network_filesystem(tmp_path / "cache", str(local)) == "ext4"
+    assert "network filesystem" not in caplog.text

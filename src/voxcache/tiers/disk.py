@@ -254,9 +254,9 @@ def _open_index(root: Path) -> Index:
     return index
 
 
-def warn_if_network_filesystem(root: Path) -> str | None:
+def warn_if_network_filesystem(root: Path, mounts: str = "/proc/mounts") -> str | None:
     """Log a loud warning when the cache is on NFS/SMB (flock and rename are unreliable)."""
-    fstype = filesystem_type(root)
+    fstype = filesystem_type(root, mounts)
     if fstype in NETWORK_FILESYSTEMS:
         log.warning(
             "!!! cache folder %s is on a network filesystem (%s): file locks and atomic "
@@ -266,13 +266,13 @@ def warn_if_network_filesystem(root: Path) -> str | None:
     return fstype
 
 
-def filesystem_type(path: Path) -> str:
+def filesystem_type(path: Path, mounts: str = "/proc/mounts") -> str:
     """Return the filesystem type of the mount holding ``path`` (Linux /proc/mounts)."""
     target = os.path.realpath(path)
     best, fstype = "", "unknown"
     try:
-        with open("/proc/mounts") as mounts:
-            for line in mounts:
+        with open(mounts) as table:
+            for line in table:
                 fields = line.split()
                 if len(fields) >= 3:
                     mount = fields[1]
