@@ -27,9 +27,10 @@ KEY = re.compile(r"[0-9a-f]{64}")
 IMMUTABLE = "private, max-age=31536000, immutable"
 
 
-@router.api_route("/v1/audio/{key}", methods=["GET", "HEAD"], tags=["entries"],
-                  responses={200: {"content": {"audio/wav": {}}}, 304: {}, 206: {},
-                             404: {"description": "no such entry (or another tenant's)"}})
+@router.head("/v1/audio/{key}", include_in_schema=False)
+@router.get("/v1/audio/{key}", tags=["entries"],
+            responses={200: {"content": {"audio/wav": {}}}, 304: {}, 206: {},
+                       404: {"description": "no such entry (or another tenant's)"}})
 async def stored_audio(key: str, request: Request, tenant: str = Depends(tenant_of)) -> Response:
     """Serve a stored entry (the WAV file itself, envelope chunk included)."""
     server: Server = request.app.state.server
