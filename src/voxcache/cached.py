@@ -21,6 +21,9 @@ from .errors import EngineError, VoxcacheError
 from .key import canonical_bytes, digest, key_payload
 from .request import DEFAULT_MAX_TEXT_CHARS, ResolvedRequest, SynthesisRequest, resolve
 from .singleflight import Flight, FlightGroup, key_lock
+from .takes import SeedPolicy, TakePools, parse_seed_policy
+from .upgrades import Aliases, Revalidator, parse_model_policy
+from .usage import Usage
 
 DEFAULT_LOCK_WAIT = 120.0
 KEY_MEMO_SIZE = 4096
@@ -33,12 +36,20 @@ class Result:
     entry: Entry
     key: str
     cache: str
-    """``hit``, ``miss`` or ``joined`` (another caller's render was shared)."""
+    """``hit``, ``miss``, ``joined`` (another caller's render was shared), ``partial``
+    (some sentences cached, the rest rendered), ``stale`` (an older model's take,
+    re-rendering in the background) or ``bypass`` (rendered, not stored)."""
     tier: str
     """``memory``, ``disk`` or ``engine``."""
     seconds: float
     stored: bool = True
     """False when the take could not be cached (disk full) and was served anyway."""
+    segments_hit: int = 0
+    """Segment mode: sentences served from the cache (0 when the request stayed whole)."""
+    segments_rendered: int = 0
+    """Segment mode: sentences this request had the engine render."""
+    take: int | None = None
+    """Under a ``variants:N`` seed policy, which of the N takes this is."""
 
     @property
     def audio(self) -> Audio:
@@ -56,7 +67,8 @@ class CachedEngine:
 
     def __init__(self, engine: Engine, cache: Cache, *, lock_wait: float = DEFAULT_LOCK_WAIT,
                  max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
-                 flights: FlightGroup | None = None) -> None:
+                 flights: FlightGroup | None = None, segments: bool = False,
+                 seed_policy: str = "pin", model_policy: str = "strict") -> None:
         self.engine = engine
         self.cache = cache
         self.lock_wait = lock_wait
@@ -64,6 +76,18 @@ class CachedEngine:
         self.flights = flights or FlightGroup()
         self._waveform = frozenset(n for n, s in engine.params.items() if s.shapes_waveform)
         self._key_memo: dict[tuple[Any, ...], tuple[ResolvedRequest, str]] = {}
+        self.segments = segments
+        """Serve multi-sentence misses from cached sentences (see ``voxcache.segments``)."""
+        if segments:
+            from .segments import check_engine
+
+            check_engine(engine)
+        self.seed_policy = parse_seed_policy(seed_policy)
+        self.model_policy = parse_model_policy(model_policy)
+        self.takes = TakePools()
+        self.aliases = Aliases(cache.root)
+        self.revalidator = Revalidator()
+        self.usage = Usage(cache.root, self._waveform)
 
     # -- keys ----------------------------------------------------------------
     def resolve(self, request: SynthesisRequest) -> ResolvedRequest:
@@ -97,28 +121,43 @@ class CachedEngine:
 
     def explain(self, request: SynthesisRequest) -> dict[str, Any]:
         """Return the canonical payload that is hashed, its bytes and the key."""
-        payload = key_payload(self.resolve(request), self._waveform)
-        return {"key": digest(payload), "payload": payload,
-                "canonical": canonical_bytes(payload).decode()}
+        from .segments import plan
+        from .takes import describe
+
+        resolved = self.resolve(request)
+        payload = key_payload(resolved, self._waveform)
+        key = digest(payload)
+        segments = plan(self, resolved) if self.segments else None
+        return {"key": key, "payload": payload, "canonical": canonical_bytes(payload).decode(),
+                "seed_policy": describe(self, resolved, key, self._seed_policy(request)),
+                "model_policy": self.model_policy,
+                "segments": None if segments is None else [
+                    {"text": s.resolved.text, "key": s.key} for s in segments]}
 
     # -- the path ------------------------------------------------------------
     def synthesize(self, request: SynthesisRequest) -> Result:
         """Return the take for ``request``, rendering it only if no tier has it."""
         started = time.perf_counter()
         resolved, key = self.resolve_and_key(request)
+        if resolved.seed is None and self._seed_policy(request).mode != "pin":
+            return self.takes.serve(self, resolved, key, self._seed_policy(request), started)
         found = self.cache.get(key)
         if found is not None:
             self.cache.count(f"hits_{found[1]}")
+            self.usage.asked(resolved, key, hit=True)
             return Result(found[0], key, "hit", found[1], time.perf_counter() - started)
-        return self._miss(resolved, key, started)
+        return self._serve_miss(resolved, key, started)
 
     async def asynthesize(self, request: SynthesisRequest) -> Result:
         """Asyncio twin: memory hits and joins stay on the loop; the rest runs in a thread."""
         started = time.perf_counter()
         resolved, key = self.resolve_and_key(request)
+        if resolved.seed is None and self._seed_policy(request).mode != "pin":
+            return await asyncio.to_thread(self.synthesize, request)
         entry = self.cache.memory.get(key)
         if entry is not None:
             self.cache.count("hits_memory")
+            self.usage.asked(resolved, key, hit=True)
             return Result(entry, key, "hit", "memory", time.perf_counter() - started)
         flight = self.flights.get(key)
         if flight is not None:
@@ -131,7 +170,29 @@ class CachedEngine:
         found = self.cache.get(key)
         if found is not None:
             self.cache.count(f"hits_{found[1]}")
+            self.usage.asked(resolved, key, hit=True)
             return Result(found[0], key, "hit", found[1], time.perf_counter() - started)
+        return self._serve_miss(resolved, key, started)
+
+    def _seed_policy(self, request: SynthesisRequest) -> SeedPolicy:
+        """The request's own seed policy, else this engine's (parsing is memoised)."""
+        return parse_seed_policy(request.seed_policy) if request.seed_policy else self.seed_policy
+
+    def _serve_miss(self, resolved: ResolvedRequest, key: str, started: float) -> Result:
+        """A request-key miss: an older model's take (SWR), cached sentences, else the engine."""
+        from .segments import serve as serve_segments
+        from .upgrades import record, serve_stale
+
+        self.usage.asked(resolved, key, hit=False)
+        if self.model_policy != "strict":
+            stale = serve_stale(self, resolved, key, started)
+            if stale is not None:
+                return stale
+        if self.segments:
+            result = serve_segments(self, resolved, key, started)
+            if result is not None:
+                record(self, resolved, key)
+                return result
         return self._miss(resolved, key, started)
 
     def _miss(self, resolved: ResolvedRequest, key: str, started: float) -> Result:
@@ -200,6 +261,9 @@ class CachedEngine:
                 "render_seconds": round(time.perf_counter() - render_started, 4)}
         entry = audio_entry(key, Audio.join(chunks), ttl=ttl, meta=meta)
         stored = self.cache.put(entry, tenant=resolved.tenant)
+        from .upgrades import record
+
+        record(self, resolved, key)
         self.cache.count("misses")
         return Result(entry, key, "miss", "engine", time.perf_counter() - started, stored)
 

@@ -35,6 +35,28 @@ class Engine:
     supports_instruct: bool = False
     supports_seed: bool = False
     """True when an explicit seed makes the engine's output reproducible."""
+    segments_context_free: bool = True
+    """False when a sentence's audio depends on neighbouring text; such an engine must
+    also override ``segment_context`` or segment mode is refused for it."""
+    segment_gap: float = 0.0
+    """Seconds of silence the engine itself puts between sentences (Piper: none)."""
+
+    def split_sentences(self, text: str) -> list[str] | None:
+        """Split ``text`` exactly as ``render`` does, one chunk per part, or None.
+
+        None (the default) means "cannot promise the same split" and keeps the
+        request whole: a wrong split would stitch audio the engine never makes.
+        """
+        return None
+
+    def segment_context(self, segments: list[str], index: int) -> dict[str, object] | None:
+        """The neighbouring text segment ``index`` is conditioned on (None: undeclared).
+
+        Only consulted for engines that are not ``segments_context_free``; what it
+        returns goes into the segment's key, so a sentence is reused only where its
+        context is the same.
+        """
+        return None
 
     def render(self, request: ResolvedRequest) -> Iterator[Audio]:
         """Yield the take one chunk (sentence) at a time, in order."""

@@ -49,6 +49,8 @@ class SynthesisRequest:
     tenant: str = "default"
     ttl: float | None = None
     """Seconds this take may be served; ``None`` keeps it until evicted."""
+    seed_policy: str | None = None
+    """For unseeded requests: ``pin``, ``bypass``, ``variants:N`` (``None``: the server's)."""
 
 
 @dataclass(frozen=True, slots=True)

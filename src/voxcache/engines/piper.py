@@ -97,6 +97,7 @@ class PiperEngine(Engine):
             self.model_revision = _model_revision(self.model_path)
         cfg = self.voice.config
         self.sample_rate = cfg.sample_rate
+        self._split = functools.lru_cache(maxsize=2048)(self._split_uncached)
         self.params = {
             "length_scale": ParamSpec("length_scale", "float", float(cfg.length_scale),
                                       minimum=0.1, maximum=5.0,
@@ -108,6 +109,22 @@ class PiperEngine(Engine):
             "speaker_id": ParamSpec("speaker_id", "int", 0, minimum=0,
                                     maximum=max(0, cfg.num_speakers - 1), doc="speaker index"),
         }
+
+    # Piper renders each sentence from its own phonemes (no neighbour context) and
+    # concatenates chunks with no gap (see PiperVoice.synthesize_wav).
+    segments_context_free = True
+    segment_gap = 0.0
+
+    def split_sentences(self, text: str) -> list[str] | None:
+        """Piper's own sentence split as text, verified against its phonemizer."""
+        parts = self._split(text)
+        return list(parts) if parts is not None else None
+
+    def _split_uncached(self, text: str) -> tuple[str, ...] | None:
+        from .piper_split import split_verified
+
+        parts = split_verified(self.voice.phonemize, text)
+        return tuple(parts) if parts is not None else None
 
     def render(self, request: ResolvedRequest) -> Iterator[Audio]:
         """Yield one chunk per sentence, as Piper itself splits the text."""

@@ -47,6 +47,10 @@ class ToneEngine(Engine):
         self.calls: list[str] = []
         self._lock = threading.Lock()
 
+    def split_sentences(self, text: str) -> list[str] | None:
+        """The same split ``render`` uses: each tone depends on its sentence alone."""
+        return split_sentences(text)
+
     def render(self, request: ResolvedRequest) -> Iterator[Audio]:
         """Yield one tone per sentence."""
         with self._lock:

@@ -1,0 +1,150 @@
+"""Seed policy: what an unseeded request gets from a sampling engine.
+
+An explicit seed is part of the key, so it needs no policy. Without one (or
+with -1) an engine such as Piper at its default noise gives a different take
+on every call, and the operator chooses:
+
+- ``pin`` (default): the first take is kept and served to everyone.
+- ``bypass``: always render, never store (``X-Cache: BYPASS``).
+- ``variants:N`` (or ``variants:N:random``): keep up to N takes and serve them
+  in rotation (or at random), rendering a new take only while fewer than N
+  exist — variety at cache speed.
+
+Take 0 is stored under the request key itself, so switching between ``pin``
+and ``variants`` keeps the take already paid for; take i>0 is stored under
+``derived_key(key, "take", n=i)``. Rotation counters live in the process.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import random
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from .audio import Audio
+from .entry import audio_entry
+from .errors import EngineError, InvalidParameter, VoxcacheError
+from .key import derived_key
+from .request import ResolvedRequest
+
+if TYPE_CHECKING:
+    from .cached import CachedEngine, Result
+
+MAX_VARIANTS = 64
+_COUNTERS_MAX = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class SeedPolicy:
+    """A parsed seed policy."""
+
+    mode: str
+    """``pin``, ``bypass`` or ``variants``."""
+    n: int = 1
+    order: str = "rotate"
+
+    def __str__(self) -> str:
+        if self.mode != "variants":
+            return self.mode
+        return f"variants:{self.n}" + (":random" if self.order == "random" else "")
+
+
+@functools.lru_cache(maxsize=64)
+def parse_seed_policy(text: str) -> SeedPolicy:
+    """Parse ``pin``, ``bypass``, ``variants:N`` or ``variants:N:random``."""
+    parts = text.strip().lower().split(":") if isinstance(text, str) else [""]
+    if parts in (["pin"], ["bypass"]):
+        return SeedPolicy(parts[0])
+    if parts[0] == "variants" and len(parts) in (2, 3) and parts[1].isdigit():
+        n = int(parts[1])
+        order = parts[2] if len(parts) == 3 else "rotate"
+        if 1 <= n <= MAX_VARIANTS and order in ("rotate", "random"):
+            return SeedPolicy("variants", n, order)
+    raise InvalidParameter(
+        f"seed policy {text!r} is not understood; use pin, bypass, variants:N or "
+        f"variants:N:random (N from 1 to {MAX_VARIANTS})")
+
+
+def applies(resolved: ResolvedRequest) -> bool:
+    """The policy only governs unseeded requests (an explicit seed is in the key)."""
+    return resolved.seed is None
+
+
+def take_key(key: str, index: int) -> str:
+    """Where take ``index`` of a request is stored (take 0 is the request key itself)."""
+    return key if index == 0 else derived_key(key, "take", n=index)
+
+
+class TakePools:
+    """Serve unseeded requests under the ``bypass`` and ``variants`` policies."""
+
+    def __init__(self) -> None:
+        self._counters: dict[str, itertools.count[int]] = {}
+        self._lock = threading.Lock()
+
+    def serve(self, cached: CachedEngine, resolved: ResolvedRequest, key: str,
+              policy: SeedPolicy, started: float) -> Result:
+        """Return a take of ``resolved`` as ``policy`` says."""
+        if policy.mode == "bypass":
+            return _bypass(cached, resolved, key, started)
+        from .cached import Result
+
+        keys = [take_key(key, i) for i in range(policy.n)]
+        for i, k in enumerate(keys):
+            found = cached.cache.get(k)
+            if found is None:  # the pool is not full yet: this caller gets a new take
+                result = cached._miss(resolved, k, started)
+                return replace(result, take=i)
+        i = self._next(key, policy)
+        found = cached.cache.get(keys[i])
+        if found is None:  # evicted since the probe: render it again
+            return replace(cached._miss(resolved, keys[i], started), take=i)
+        cached.cache.count(f"hits_{found[1]}")
+        return Result(found[0], keys[i], "hit", found[1], time.perf_counter() - started, take=i)
+
+    def _next(self, key: str, policy: SeedPolicy) -> int:
+        if policy.order == "random":
+            return random.randrange(policy.n)
+        with self._lock:
+            counter = self._counters.get(key)
+            if counter is None:
+                if len(self._counters) >= _COUNTERS_MAX:
+                    self._counters.clear()
+                counter = self._counters[key] = itertools.count()
+            return next(counter) % policy.n
+
+
+def _bypass(cached: CachedEngine, resolved: ResolvedRequest, key: str,
+            started: float) -> Result:
+    """Render a fresh take and store nothing."""
+    from .cached import Result, _meta
+
+    try:
+        chunks = list(cached.engine.render(resolved))
+    except VoxcacheError:
+        raise
+    except Exception as exc:
+        raise EngineError(f"engine {cached.engine.id!r} failed: {exc}") from exc
+    if not chunks:
+        raise EngineError(f"engine {cached.engine.id!r} produced no audio")
+    cached.cache.count("bypasses")
+    entry = audio_entry(key, Audio.join(chunks), meta=_meta(resolved))
+    return Result(entry, key, "bypass", "engine", time.perf_counter() - started, stored=False)
+
+
+def describe(cached: CachedEngine, resolved: ResolvedRequest, key: str,
+             policy: SeedPolicy) -> dict[str, object]:
+    """What ``explain`` says about the seed policy of a request."""
+    if not applies(resolved):
+        return {"policy": "explicit-seed", "configured": str(policy),
+                "note": "the seed is part of the key; no policy applies"}
+    info: dict[str, object] = {"policy": str(policy)}
+    if policy.mode == "variants":
+        info["take_keys"] = [take_key(key, i) for i in range(policy.n)]
+    elif policy.mode == "bypass":
+        info["note"] = "always rendered, never stored"
+    return info

@@ -1,0 +1,167 @@
+"""Model upgrades without losing the cache: lineage aliases and stale-while-revalidate.
+
+The model revision is in every key, so a new model never serves old audio as
+new. To serve an old take *knowingly*, voxcache needs to find it: a "lineage"
+key hashes the request's payload without the model revision, and a small
+alias table (``aliases.sqlite3`` in the cache folder) maps each lineage to the
+content key of its latest take. Entries stay immutable; only the alias moves.
+
+Policies: ``strict`` (the default) treats old-revision takes as misses and lets
+them age out. ``stale-while-revalidate`` serves the old take marked STALE and
+queues a re-render on one background worker thread running at the lowest CPU
+priority; when it lands, the alias points at the new take and the next
+request is a plain hit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import InvalidParameter
+from .key import digest, key_payload
+from .request import ResolvedRequest
+
+if TYPE_CHECKING:
+    from .cached import CachedEngine, Result
+
+log = logging.getLogger("voxcache.upgrades")
+
+POLICIES = {"strict": "strict", "stale-while-revalidate": "stale-while-revalidate",
+            "swr": "stale-while-revalidate"}
+DB_NAME = "aliases.sqlite3"
+
+
+def parse_model_policy(policy: str) -> str:
+    """Return the canonical model-upgrade policy name, or refuse it."""
+    try:
+        return POLICIES[policy.strip().lower()]
+    except (KeyError, AttributeError):
+        raise InvalidParameter(f"model policy {policy!r} is not one of: strict, "
+                               "stale-while-revalidate") from None
+
+
+def lineage_key(resolved: ResolvedRequest, waveform: frozenset[str]) -> str:
+    """Key of a request with its model revision left out: the same words across models."""
+    payload = key_payload(resolved, waveform)
+    payload["model"] = None
+    payload["kind"] = "lineage"
+    return digest(payload)
+
+
+class Aliases:
+    """Mutable names (lineage → latest content key and its model revision)."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = Path(root) / DB_NAME
+
+    def record(self, lineage: str, key: str, model: str) -> None:
+        """Point ``lineage`` at the take just stored."""
+        try:
+            with self._connect() as db:
+                db.execute("INSERT INTO aliases VALUES (?,?,?,?) ON CONFLICT(lineage) DO UPDATE "
+                           "SET key = excluded.key, model = excluded.model, "
+                           "updated = excluded.updated", (lineage, key, model, time.time()))
+        except sqlite3.Error as exc:  # an alias is an accelerator: never fail a request on it
+            log.warning("could not record alias: %s", exc)
+
+    def get(self, lineage: str) -> tuple[str, str] | None:
+        """Return (content key, model revision) of the latest take of ``lineage``."""
+        if not self.path.exists():
+            return None
+        try:
+            with self._connect() as db:
+                row = db.execute("SELECT key, model FROM aliases WHERE lineage = ?",
+                                 (lineage,)).fetchone()
+        except sqlite3.Error:
+            return None
+        return (row[0], row[1]) if row else None
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.path, timeout=10)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE IF NOT EXISTS aliases (lineage TEXT PRIMARY KEY, "
+                       "key TEXT NOT NULL, model TEXT NOT NULL, updated REAL NOT NULL)")
+            with db:
+                yield db
+        finally:
+            db.close()
+
+
+class Revalidator:
+    """One low-priority background worker that re-renders stale takes, each key once."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[tuple[str, Callable[[], object]]] = queue.Queue()
+        self._queued: set[str] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, key: str, task: Callable[[], object]) -> bool:
+        """Queue ``task`` for ``key`` unless it is already queued; True if queued."""
+        with self._lock:
+            if key in self._queued:
+                return False
+            self._queued.add(key)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="voxcache-revalidate",
+                                                daemon=True)
+                self._thread.start()
+        self._queue.put((key, task))
+        return True
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until every queued re-render has finished (for tests and shutdown)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if not self._queued:
+                    return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+
+    def _run(self) -> None:
+        # The lowest CPU priority (Linux sets it per thread).
+        with contextlib.suppress(OSError, AttributeError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        while True:
+            key, task = self._queue.get()
+            try:
+                task()
+            except Exception:  # a failed re-render leaves the stale take in place
+                log.exception("background re-render of %s failed", key[:16])
+            finally:
+                with self._lock:
+                    self._queued.discard(key)
+
+
+def serve_stale(cached: CachedEngine, resolved: ResolvedRequest, key: str,
+                started: float) -> Result | None:
+    """Serve an older model's take of this request, queueing its re-render; None if none."""
+    from .cached import Result
+
+    found = cached.aliases.get(lineage_key(resolved, cached._waveform))
+    if found is None or found[1] == resolved.model_revision:
+        return None
+    old = cached.cache.get(found[0])
+    if old is None:
+        return None
+    cached.revalidator.submit(key, lambda: cached._miss(resolved, key, time.perf_counter()))
+    cached.cache.count("stale")
+    return Result(old[0], found[0], "stale", old[1], time.perf_counter() - started)
+
+
+def record(cached: CachedEngine, resolved: ResolvedRequest, key: str) -> None:
+    """Remember ``key`` as the latest take of its lineage."""
+    cached.aliases.record(lineage_key(resolved, cached._waveform), key, resolved.model_revision)

@@ -1,0 +1,167 @@
+"""Analytics that steer warming: how often each request and sentence is asked and missed.
+
+Counting must not slow a hit, so the request path only bumps an in-memory
+counter; a background thread (and ``flush``/exit) folds the counts into a
+small SQLite table in the cache folder, ``usage.sqlite3``. Both are bounded:
+the buffer by ``max_pending`` keys (new keys beyond it are dropped until the
+next flush) and the table by ``max_rows`` (the least-asked, least-recent rows
+go first). Each row keeps the canonical key payload, which is what lets
+``warm --from-top-misses`` and ``rerender`` rebuild the request later.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .key import key_payload
+from .request import ResolvedRequest, SynthesisRequest
+
+if TYPE_CHECKING:
+    from .segments import Segment
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS usage (
+    key TEXT PRIMARY KEY, kind TEXT NOT NULL, tenant TEXT NOT NULL, engine TEXT NOT NULL,
+    model TEXT NOT NULL, voice TEXT, instruct TEXT, text TEXT NOT NULL, payload TEXT NOT NULL,
+    asked INTEGER NOT NULL, missed INTEGER NOT NULL, last REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS usage_by_missed ON usage(missed);
+CREATE INDEX IF NOT EXISTS usage_by_asked ON usage(asked);
+"""
+DB_NAME = "usage.sqlite3"
+
+
+class Usage:
+    """Bounded ask/miss counters per request key and per segment key."""
+
+    def __init__(self, root: Path, waveform: frozenset[str], *, max_rows: int = 100_000,
+                 max_pending: int = 20_000, flush_interval: float = 2.0) -> None:
+        self.path = Path(root) / DB_NAME
+        self.max_rows = max_rows
+        self.max_pending = max_pending
+        self._waveform = waveform
+        self._pending: dict[str, list[Any]] = {}
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._interval = flush_interval
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        atexit.register(_flush_ref, weakref.ref(self))
+
+    # -- recording (request path) -------------------------------------------
+    def asked(self, resolved: ResolvedRequest, key: str, hit: bool, kind: str = "request") -> None:
+        """Count one ask of ``key`` (and one miss unless ``hit``)."""
+        with self._lock:
+            row = self._pending.get(key)
+            if row is None:
+                if len(self._pending) >= self.max_pending:
+                    return
+                row = self._pending[key] = [kind, resolved, 0, 0]
+            row[2] += 1
+            row[3] += 0 if hit else 1
+        if self._thread is None:
+            self._start()
+
+    def segments(self, segments: Iterable[Segment], hit_keys: set[str]) -> None:
+        """Count the sentences of one segment-mode request."""
+        for seg in segments:
+            self.asked(seg.resolved, seg.key, seg.key in hit_keys, kind="segment")
+
+    # -- persistence ---------------------------------------------------------
+    def flush(self) -> None:
+        """Fold buffered counts into the table and trim it to ``max_rows``."""
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        if not pending:
+            return
+        now = time.time()
+        rows = []
+        for key, (kind, resolved, asked, missed) in pending.items():
+            payload = key_payload(resolved, self._waveform)
+            rows.append((key, kind, resolved.tenant, resolved.engine_id,
+                         resolved.model_revision, resolved.voice, resolved.instruct,
+                         resolved.text[:500], json.dumps(payload, sort_keys=True), asked,
+                         missed, now))
+        with self._flush_lock, self._connect() as db:
+            db.executemany(
+                "INSERT INTO usage VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE "
+                "SET asked = asked + excluded.asked, missed = missed + excluded.missed, "
+                "last = excluded.last", rows)
+            (count,) = db.execute("SELECT COUNT(*) FROM usage").fetchone()
+            if count > self.max_rows:
+                db.execute("DELETE FROM usage WHERE key IN (SELECT key FROM usage "
+                           "ORDER BY asked, last LIMIT ?)", (count - int(self.max_rows * 0.9),))
+
+    def top(self, by: str, limit: int, kind: str | None = None) -> list[dict[str, Any]]:
+        """The ``limit`` most-missed (``by="missed"``) or most-hit (``"hits"``) keys."""
+        self.flush()
+        order = {"missed": "missed DESC, asked DESC",
+                 "hits": "(asked - missed) DESC, asked DESC",
+                 "asked": "asked DESC"}[by]
+        where, params = ("WHERE kind = ?", (kind,)) if kind else ("", ())
+        if not self.path.exists():
+            return []
+        with self._connect() as db:
+            cursor = db.execute(
+                f"SELECT key, kind, tenant, engine, model, voice, instruct, text, payload, asked, "
+                f"missed FROM usage {where} ORDER BY {order} LIMIT ?", (*params, limit))
+            names = [d[0] for d in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor]
+
+    def close(self) -> None:
+        """Stop the flusher and write what is buffered."""
+        self._stop.set()
+        self.flush()
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._loop, name="voxcache-usage",
+                                            daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self.flush()
+            except sqlite3.Error:  # analytics never break serving; retry next round
+                continue
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        """A connection committed on success and always closed."""
+        db = sqlite3.connect(self.path, timeout=10)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(SCHEMA)
+            with db:
+                yield db
+        finally:
+            db.close()
+
+
+def request_from_payload(row: dict[str, Any]) -> SynthesisRequest | None:
+    """Rebuild a request from a stored key payload (None for cloned voices: no clip kept)."""
+    payload = json.loads(row["payload"]) if isinstance(row.get("payload"), str) else row
+    if payload.get("reference"):
+        return None
+    return SynthesisRequest(
+        text=payload["text"], voice=payload["voice"], language=payload["language"],
+        instruct=payload["instruct"], seed=payload["seed"], speed=payload["speed"],
+        params=payload["params"], tenant=payload["tenant"])
+
+
+def _flush_ref(ref: weakref.ref[Usage]) -> None:
+    usage = ref()
+    if usage is not None:
+        with contextlib.suppress(sqlite3.Error):
+            usage.flush()
