@@ -1,0 +1,103 @@
+"""``voxcache warm FILE``: pre-render the phrases a deployment repeats all day.
+
+It works on the cache folder directly (the same files a running server reads,
+so a server sees the takes at once), skips phrases already stored, renders the
+rest one by one, and reports each failure with its reason instead of stopping:
+one phrase in a language the engine does not speak must not cost the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import InvalidParameter, VoxcacheError
+from ..request import SynthesisRequest
+from .common import print_json, settings_from
+
+FIELDS = {"text", "voice", "language", "instruct", "seed", "speed", "params", "ttl", "pin",
+          "prompt_text"}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the ``warm`` command."""
+    p = subparsers.add_parser("warm", help="pre-render a list of phrases (JSON or YAML)")
+    p.add_argument("file", help='phrases: a list, or {"phrases": [...]}; each with text and '
+                   "optionally voice, language, params, speed, seed, instruct, pin, ttl")
+    p.add_argument("--pin", action="store_true", help="pin every phrase (never evicted)")
+    p.add_argument("--json", action="store_true", help="print one JSON summary")
+    p.set_defaults(handler=warm)
+
+
+def load_phrases(path: str | Path) -> list[dict[str, Any]]:
+    """Read a phrase list; unknown fields are refused (a typo must not warm the wrong take)."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        if str(path).endswith((".yaml", ".yml")):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except Exception as exc:
+        raise InvalidParameter(f"{path}: cannot parse phrases ({exc})") from None
+    phrases = data.get("phrases") if isinstance(data, dict) else data
+    if not isinstance(phrases, list):
+        raise InvalidParameter(f"{path}: expected a list of phrases or {{\"phrases\": [...]}}")
+    out = []
+    for i, item in enumerate(phrases):
+        item = {"text": item} if isinstance(item, str) else item
+        if not isinstance(item, dict) or "text" not in item:
+            raise InvalidParameter(f"{path}: phrase {i} needs a text")
+        unknown = set(item) - FIELDS
+        if unknown:
+            raise InvalidParameter(f"{path}: phrase {i} has unknown field(s) "
+                                   f"{', '.join(sorted(unknown))}")
+        out.append(item)
+    return out
+
+
+def warm(args: argparse.Namespace) -> int:
+    """Render what is missing, pin what is asked; exit 1 if any phrase failed."""
+    from rich.progress import Progress
+
+    from ..runtime import open_cached_engine
+
+    phrases = load_phrases(args.file)
+    cached = open_cached_engine(settings_from(args))
+    summary: dict[str, Any] = {"rendered": 0, "cached": 0, "pinned": 0, "failed": []}
+    try:
+        with Progress(transient=args.json) as progress:
+            task = progress.add_task("warming", total=len(phrases))
+            for phrase in phrases:
+                _warm_one(cached, phrase, args.pin, summary)
+                progress.advance(task)
+    finally:
+        cached.cache.close()
+    if args.json:
+        print_json(summary)
+    else:
+        print(f"rendered {summary['rendered']}, already cached {summary['cached']}, pinned "
+              f"{summary['pinned']}, failed {len(summary['failed'])}")
+        for failure in summary["failed"]:
+            print(f"  failed: {failure['text']!r}: {failure['error']}")
+    return 1 if summary["failed"] else 0
+
+
+def _warm_one(cached: Any, phrase: dict[str, Any], pin_all: bool,
+              summary: dict[str, Any]) -> None:
+    fields = {k: v for k, v in phrase.items() if k != "pin" and v is not None}
+    try:
+        request = SynthesisRequest(**fields)
+        _, key = cached.resolve_and_key(request)
+        if cached.cache.get(key) is not None:
+            summary["cached"] += 1
+        else:
+            cached.synthesize(request)
+            summary["rendered"] += 1
+        if (pin_all or phrase.get("pin")) and cached.cache.pin(key):
+            summary["pinned"] += 1
+    except (VoxcacheError, TypeError) as exc:
+        summary["failed"].append({"text": str(phrase.get("text"))[:80], "error": str(exc)})
