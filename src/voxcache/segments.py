@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from .audio import Audio
 from .entry import audio_entry
-from .errors import EngineError, UnsupportedFeature, VoxcacheError
+from .errors import EngineError, InvalidParameter, UnsupportedFeature, VoxcacheError
 from .key import digest, key_payload
 from .request import ResolvedRequest
 from .singleflight import Flight, key_lock
@@ -59,6 +59,26 @@ def check_engine(engine: Engine) -> None:
             "sentence's audio depends on neighbouring text but does not declare that context "
             "(override Engine.segment_context), so a cached sentence could be reused where it "
             "would sound different; turn segment mode off for this engine")
+
+
+def enabled(setting: str | bool, engine: Engine) -> bool:
+    """Resolve the ``segments`` setting: ``auto`` turns it on only where it is safe."""
+    value = str(setting).strip().lower()
+    if value in ("auto", ""):
+        probe = engine.split_sentences("One. Two.")
+        return probe is not None and (engine.segments_context_free or (
+            type(engine).segment_context is not _base_segment_context()))
+    if value in ("on", "true", "1", "yes"):
+        return True
+    if value in ("off", "false", "0", "no"):
+        return False
+    raise InvalidParameter(f"segments setting {setting!r} must be auto, on or off")
+
+
+def _base_segment_context() -> object:
+    from .engine import Engine as Base
+
+    return Base.segment_context
 
 
 def plan(cached: CachedEngine, resolved: ResolvedRequest) -> list[Segment] | None:

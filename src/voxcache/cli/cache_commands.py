@@ -72,12 +72,17 @@ def synth(args: argparse.Namespace) -> int:
         summary = {"key": result.key, "cache": result.cache, "tier": result.tier,
                    "seconds": round(result.seconds, 6), "bytes": len(result.wav),
                    "sample_rate": header.sample_rate, "duration": header.duration,
-                   "stored": result.stored, "output": args.output}
+                   "stored": result.stored, "output": args.output,
+                   "segments": {"hit": result.segments_hit, "rendered": result.segments_rendered},
+                   "take": result.take}
     finally:
         cached.cache.close()
     if args.json:
         print_json(summary)
         return 0
+    if result.segments_hit or result.segments_rendered:
+        console.print(f"sentences: {result.segments_hit} from the cache, "
+                      f"{result.segments_rendered} rendered")
     console.print(f"[bold]{result.cache.upper()}[/] from {result.tier} in "
                   f"{result.seconds * 1000:.2f} ms — {header.duration:.2f} s of audio, "
                   f"key {result.key[:16]}…" + (f" → {args.output}" if args.output else ""))

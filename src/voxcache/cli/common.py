@@ -30,6 +30,7 @@ def add_request_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                         help="engine parameter (repeatable), e.g. noise_scale=0")
     parser.add_argument("--ttl", type=float, help="seconds the take may be served")
+    parser.add_argument("--seed-policy", help="unseeded requests: pin, bypass, variants:N")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -52,6 +53,7 @@ def request_from(args: argparse.Namespace) -> SynthesisRequest:
         text=args.text, voice=args.voice, reference_audio=reference,
         prompt_text=args.prompt_text, language=args.language, instruct=args.instruct,
         seed=args.seed, speed=args.speed, params=params, ttl=args.ttl,
+        seed_policy=args.seed_policy,
     )
 
 
