@@ -8,6 +8,7 @@ command-line options. Sizes accept units (``512MB``, ``5GiB``).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import tomllib
@@ -54,6 +55,13 @@ class Settings:
     default_ttl: float | None = None
     lock_wait: float = 120.0
     max_text_chars: int = 5000
+    upstream: str | None = None
+    """``KIND=URL``: render misses on a running TTS server (the caching gateway)."""
+    upstream_revision: str | None = None
+    """A label for the model behind the upstream URL; change it when that model changes."""
+    upstream_timeout: float = 300.0
+    upstream_options: dict[str, Any] = field(default_factory=dict)
+    """Kind-specific options (``ref_base``, ``sample_rate``, ``model``…; see voxcache.upstream)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Sections this module does not interpret (service, tenants…), passed through."""
 
@@ -76,7 +84,9 @@ def _coerce(name: str, value: Any) -> Any:
         return Path(value).expanduser()
     if name in ("piper_threads", "max_text_chars", "disk_max_entries"):
         return None if value in (None, "", "none") else int(value)
-    if name in ("default_ttl", "lock_wait"):
+    if name == "upstream_options":
+        return json.loads(value) if isinstance(value, str) else dict(value)
+    if name in ("default_ttl", "lock_wait", "upstream_timeout"):
         return None if value in (None, "", "none") else float(value)
     return value
 

@@ -7,6 +7,7 @@ import logging
 from .cache import Cache
 from .cached import CachedEngine
 from .config import Settings
+from .engine import Engine
 from .engines import load_engine
 
 log = logging.getLogger("voxcache")
@@ -19,10 +20,20 @@ def open_cache(settings: Settings) -> Cache:
 
 def open_cached_engine(settings: Settings, cache: Cache | None = None) -> CachedEngine:
     """Load the configured engine and put it behind the cache."""
-    options = {"threads": settings.piper_threads} if settings.engine == "piper" else {}
-    engine = load_engine(settings.engine, **options)
+    engine = load_configured_engine(settings)
     return CachedEngine(engine, cache or open_cache(settings), lock_wait=settings.lock_wait,
                         max_text_chars=settings.max_text_chars)
+
+
+def load_configured_engine(settings: Settings) -> Engine:
+    """The upstream when ``settings.upstream`` names one (gateway mode), else a built-in."""
+    if settings.upstream:
+        from .upstream import load_upstream
+
+        return load_upstream(settings.upstream, revision=settings.upstream_revision,
+                             timeout=settings.upstream_timeout, **settings.upstream_options)
+    options = {"threads": settings.piper_threads} if settings.engine == "piper" else {}
+    return load_engine(settings.engine, **options)
 
 
 def describe_limits(settings: Settings, cached: CachedEngine) -> dict[str, object]:

@@ -1,0 +1,1 @@
+"""Protocol-compatible routers: GPT-SoVITS ``/tts`` and CosyVoice ``/inference_*``."""

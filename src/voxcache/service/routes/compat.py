@@ -1,0 +1,104 @@
+"""Plumbing shared by the protocol-compatible routes (GPT-SoVITS ``/tts``, CosyVoice).
+
+Those routes answer in *their* protocol's shapes — api_v2's ``{"message"}``
+errors, CosyVoice's headerless PCM — but serve through the same path as every
+other route: with the service app (``app.state.server``) a request goes
+through admission control, metrics and the X-Cache headers of
+``service.respond``; an app that only sets ``app.state.cached`` (a library
+user mounting these routers on their own FastAPI app) gets
+``CachedEngine.asynthesize`` directly.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from ...audio import Audio
+from ...cached import CachedEngine
+from ...engine import Engine
+from ...errors import (
+    CacheDirError,
+    EngineError,
+    MissingDependency,
+    Overloaded,
+    RequestError,
+    VoxcacheError,
+)
+from ...request import SynthesisRequest
+
+DEFAULT_TENANT = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """A take ready to be delivered, and the headers that say how it was served."""
+
+    wav: bytes
+    audio: Audio
+    headers: dict[str, str]
+
+
+def engine_of(request: Request) -> Engine:
+    """The engine the app serves (the upstream, in gateway mode)."""
+    return _cached(request).engine
+
+
+def _cached(request: Request) -> CachedEngine:
+    state = request.app.state
+    server = getattr(state, "server", None)
+    cached = server.cached if server is not None else getattr(state, "cached", None)
+    if cached is None:
+        raise RuntimeError("mount these routes on an app whose state has 'server' or 'cached'")
+    return cached
+
+
+def tenant_of(request: Request) -> str:
+    """The caller's tenant: the service's API-key mapping when the app has one."""
+    if getattr(request.app.state, "options", None) is None:
+        return DEFAULT_TENANT
+    from ..guard import tenant_of as service_tenant
+
+    return service_tenant(request)
+
+
+async def serve(request: Request, core: SynthesisRequest, route: str) -> Served:
+    """Find or render ``core`` through the app's serving path."""
+    server = getattr(request.app.state, "server", None)
+    if server is None:
+        result = await _cached(request).asynthesize(core)
+        headers = {"X-Cache": result.cache.upper(), "X-Cache-Tier": result.tier,
+                   "X-Cache-Key": result.key, "ETag": f'"{result.key}"'}
+        return Served(result.wav, result.audio, headers)
+    from ..formats import lookup
+    from ..respond import cache_headers
+
+    started = time.perf_counter()
+    resolved, key = await server.resolve(core)
+    take = await server.take(resolved, key)
+    server.metrics.first_audio(take.cache, time.perf_counter() - started)
+    server.metrics.request(route, take.cache, 200)
+    return Served(take.entry.blob, take.entry.audio(), cache_headers(take, lookup("wav")))
+
+
+def status_of(exc: VoxcacheError) -> int:
+    """The HTTP status for an error of voxcache's tree."""
+    if isinstance(exc, RequestError):
+        return exc.status
+    if isinstance(exc, Overloaded | CacheDirError | MissingDependency):
+        return 503
+    if isinstance(exc, EngineError):
+        return 502  # the engine, or the gateway's upstream, failed
+    return 500
+
+
+def error_json(exc: VoxcacheError, **body: Any) -> JSONResponse:
+    """An error in the caller's protocol's shape, with Retry-After when overloaded."""
+    headers = {}
+    if isinstance(exc, Overloaded):
+        headers["Retry-After"] = str(max(1, round(exc.retry_after)))
+    return JSONResponse(body, status_code=status_of(exc), headers=headers)

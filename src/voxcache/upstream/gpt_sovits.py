@@ -1,0 +1,213 @@
+"""GPT-SoVITS ``api_v2.py`` (``POST /tts``) as an upstream.
+
+Every ``/tts`` field is declared under its api_v2 name with api_v2's default
+(``top_k`` 15, ``text_split_method`` "cut5", ``repetition_penalty`` 1.35 …);
+``text_lang`` is the request's language, ``speed_factor`` its speed and ``seed``
+its seed. The gateway always asks for WAV (the header names the model's rate:
+32 kHz for v1/v2/v2Pro, 24 or 48 kHz for v3/v4) and derives delivery formats
+from the cached PCM.
+
+**Reference audio is a path on the upstream's disk** (``ref_audio_path``), and
+GPT-SoVITS itself caches by that string — overwriting the file in place keeps
+serving the old voice. The gateway keys on *content* instead wherever it can:
+``ref_audio_id`` is ``pcm:<fingerprint of the decoded samples>`` when the
+gateway can read the file (an absolute path, or a relative one under
+``ref_base``, the upstream's working folder as the gateway sees it), so the same
+clip at two paths is one key and a clip changed in place is a new key. When the
+gateway cannot read the file (the upstream runs on another machine) the id is
+``path:<the string>`` and a warning is logged once per path: a clip replaced at
+the same path then keeps its old takes until they expire or are purged — mount
+the upstream's reference folder read-only on the gateway and set ``ref_base``
+to avoid that. ``aux_ref_audio_paths`` are keyed the same way, as a set
+(GPT-SoVITS averages them, so their order cannot matter). The ids are computed
+by :func:`reference_params` (the ``/tts`` route calls it) and checked again
+just before rendering, so a request whose id does not match the file on disk is
+refused rather than stored under the wrong key.
+
+Uploaded voices (raw bytes, e.g. from ``POST /v1/voices``) need a folder both
+sides can reach: with ``ref_dir`` set the gateway writes each clip there once,
+named by its fingerprint, and sends that path (``ref_dir_upstream`` when the
+upstream mounts it elsewhere). Without ``ref_dir`` the engine does not claim to
+clone from uploaded audio.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..audio import Audio, fingerprint_reference
+from ..errors import InvalidParameter
+from ..params import ParamSpec
+from ..request import ResolvedRequest
+from .base import UpstreamEngine
+from .decode import decode_wav
+
+log = logging.getLogger("voxcache.upstream")
+
+LANGUAGES = ("auto", "auto_yue", "en", "zh", "ja", "yue", "ko", "all_zh", "all_ja", "all_yue",
+             "all_ko")
+"""api_v2's text_lang/prompt_lang values for v2 and later (v1 lacks the yue/ko ones)."""
+SPLIT_METHODS = ("cut0", "cut1", "cut2", "cut3", "cut4", "cut5")
+SEED_LIMIT = 2**32
+"""GPT-SoVITS seeds numpy, which takes 0 ≤ seed < 2**32."""
+
+
+def _spec(name: str, kind: str, default: Any, doc: str, *, shapes: bool = True,
+          **limits: Any) -> ParamSpec:
+    return ParamSpec(name, kind, default, shapes_waveform=shapes, doc=doc, **limits)
+
+
+PARAMS: dict[str, ParamSpec] = {s.name: s for s in (
+    _spec("ref_audio_path", "str", "", "reference clip, a path on the upstream", shapes=False),
+    _spec("ref_audio_id", "str", "", "content (pcm:…) or path (path:…) id of ref_audio_path"),
+    _spec("aux_ref_audio_paths", "str", "", "JSON list of extra reference paths", shapes=False),
+    _spec("aux_ref_audio_ids", "str", "", "sorted ids of aux_ref_audio_paths, comma-separated"),
+    _spec("prompt_text", "str", "", "what the reference clip says (empty: ref-free mode)"),
+    _spec("prompt_lang", "str", "", "language of prompt_text (empty: same as text_lang)",
+          choices=("", *LANGUAGES)),
+    _spec("top_k", "int", 15, "top-k sampling", minimum=1, maximum=1000),
+    _spec("top_p", "float", 1.0, "top-p sampling", minimum=0.0, maximum=1.0),
+    _spec("temperature", "float", 1.0, "sampling temperature", minimum=0.01, maximum=10.0),
+    _spec("text_split_method", "str", "cut5", "how text is cut into segments",
+          choices=SPLIT_METHODS),
+    _spec("batch_size", "int", 1, "T2S batch size (changes numerics)", minimum=1, maximum=200),
+    _spec("batch_threshold", "float", 0.75, "batch bucketing threshold", minimum=0.0,
+          maximum=1.0),
+    _spec("split_bucket", "bool", True, "sort segments into buckets by length"),
+    _spec("fragment_interval", "float", 0.3, "seconds of silence between fragments",
+          minimum=0.0, maximum=10.0),
+    _spec("streaming_mode", "int", 0, "0 whole, 1 fragments, 2/3 streaming decode",
+          choices=(0, 1, 2, 3)),
+    _spec("parallel_infer", "bool", True, "batched T2S inference"),
+    _spec("repetition_penalty", "float", 1.35, "T2S repetition penalty", minimum=0.0,
+          maximum=10.0),
+    _spec("sample_steps", "int", 32, "CFM steps (v3/v4)", minimum=1, maximum=256),
+    _spec("super_sampling", "bool", False, "24→48 kHz super-sampling (v3)"),
+    _spec("overlap_length", "int", 2, "semantic-token overlap (streaming modes 2/3)",
+          minimum=0, maximum=1000),
+    _spec("min_chunk_length", "int", 16, "minimum tokens per chunk (streaming modes 2/3)",
+          minimum=1, maximum=10000),
+)}
+
+_warned: set[str] = set()
+
+
+def local_path(path: str, base: str | Path | None) -> Path | None:
+    """Where the gateway can read an upstream path, or None when it cannot know."""
+    candidate = Path(path)
+    if not candidate.is_absolute():
+        if base is None:
+            return None
+        candidate = Path(base) / candidate
+    return candidate if candidate.is_file() else None
+
+
+def ref_audio_id(path: str, base: str | Path | None = None) -> str:
+    """Identify a reference clip by content when readable, else by its path (with a warning)."""
+    local = local_path(path, base)
+    if local is not None:
+        try:
+            return "pcm:" + fingerprint_reference(local.read_bytes()).fingerprint
+        except OSError:
+            pass
+    if path not in _warned:
+        _warned.add(path)
+        log.warning("gateway cannot read reference %r: keying on the path, so a clip replaced "
+                    "at that path keeps its old takes (set ref_base to the upstream's folder)",
+                    path)
+    return "path:" + path
+
+
+def reference_params(ref_audio_path: str, aux_ref_audio_paths: Sequence[str] = (),
+                     base: str | Path | None = None) -> dict[str, str]:
+    """The four reference parameters of a request naming upstream paths."""
+    aux = list(aux_ref_audio_paths)
+    return {
+        "ref_audio_path": ref_audio_path,
+        "ref_audio_id": ref_audio_id(ref_audio_path, base) if ref_audio_path else "",
+        "aux_ref_audio_paths": json.dumps(aux) if aux else "",
+        "aux_ref_audio_ids": ",".join(sorted({ref_audio_id(p, base) for p in aux})),
+    }
+
+
+class GptSovitsEngine(UpstreamEngine):
+    """Renders misses on a GPT-SoVITS api_v2 server."""
+
+    kind = "gpt-sovits"
+    sample_rate = 32000
+    params = PARAMS
+    languages = tuple(lang.replace("_", "-") for lang in LANGUAGES)
+    """Spelled as the resolver canonicalises them (``all_zh`` → ``all-zh``)."""
+    default_language = "auto"
+    supports_instruct = False
+    supports_seed = True
+
+    def __init__(self, url: str, *, ref_base: str | None = None, ref_dir: str | None = None,
+                 ref_dir_upstream: str | None = None, **options: Any) -> None:
+        super().__init__(url, **options)
+        self.ref_base = ref_base
+        self.ref_dir = Path(ref_dir) if ref_dir else None
+        self.ref_dir_upstream = ref_dir_upstream or ref_dir
+        self.supports_reference = self.ref_dir is not None
+
+    def render(self, request: ResolvedRequest) -> Iterator[Audio]:
+        """Send the whole request to ``POST /tts`` and decode its WAV (streamed or not)."""
+        self.refuse_unhonoured(request)
+        if request.seed is not None and request.seed >= SEED_LIMIT:
+            raise InvalidParameter(f"GPT-SoVITS seeds must be below 2**32, got {request.seed}")
+        p = request.params
+        ref_path, prompt_text, aux = self._reference(request)
+        lang = request.language.replace("-", "_")
+        body = {name: p[name] for name in PARAMS if name not in (
+            "ref_audio_id", "aux_ref_audio_ids", "prompt_text", "prompt_lang")}
+        body |= {
+            "text": request.text, "text_lang": lang, "ref_audio_path": ref_path,
+            "aux_ref_audio_paths": aux, "prompt_text": prompt_text,
+            "prompt_lang": p["prompt_lang"] or lang, "speed_factor": request.speed,
+            "seed": -1 if request.seed is None else request.seed, "media_type": "wav",
+        }
+        response = self.client.request("POST", "/tts", json=body)
+        audio = decode_wav(response.content)
+        self.sample_rate = audio.sample_rate
+        yield audio
+
+    def _reference(self, request: ResolvedRequest) -> tuple[str, str, list[str]]:
+        """The path, prompt text and aux paths to send, after checking they match the key."""
+        p = request.params
+        if request.reference_audio is not None:
+            if p["ref_audio_path"] or p["prompt_text"]:
+                raise InvalidParameter(
+                    "send either reference audio or ref_audio_path/prompt_text, not both")
+            return self._stage(request), request.prompt_text or "", []
+        path = p["ref_audio_path"]
+        if not path:
+            raise InvalidParameter(
+                "GPT-SoVITS needs a reference voice: set ref_audio_path (a path on the "
+                "upstream server)" + (" or send reference audio" if self.ref_dir else ""))
+        aux = json.loads(p["aux_ref_audio_paths"]) if p["aux_ref_audio_paths"] else []
+        expected = reference_params(path, aux, self.ref_base)
+        for name in ("ref_audio_id", "aux_ref_audio_ids"):
+            if p[name] != expected[name]:
+                raise InvalidParameter(
+                    f"{name} {p[name]!r} does not match the reference on disk "
+                    f"({expected[name]!r}); build the parameters with "
+                    "voxcache.upstream.gpt_sovits.reference_params")
+        return path, p["prompt_text"], aux
+
+    def _stage(self, request: ResolvedRequest) -> str:
+        """Write an uploaded clip where the upstream can read it; return its upstream path."""
+        if self.ref_dir is None or request.reference_audio is None:
+            raise InvalidParameter("this GPT-SoVITS upstream has no ref_dir for uploaded audio")
+        name = f"{request.reference_fingerprint}.wav"
+        target = self.ref_dir / name
+        if not target.exists():
+            self.ref_dir.mkdir(parents=True, exist_ok=True)
+            temp = target.with_suffix(f".{os.getpid()}.tmp")
+            temp.write_bytes(request.reference_audio)
+            os.replace(temp, target)
+        return f"{str(self.ref_dir_upstream).rstrip('/')}/{name}"

@@ -1,0 +1,127 @@
+"""Talking to an upstream TTS server: one client, one retry rule, one error type.
+
+Retries cover only failures where the request provably never reached the
+upstream (it refused or timed out the connection). An upstream that answered —
+even with 500 — is never asked again: the answer is the upstream's verdict, a
+second render would only double its load, and a request that timed out while
+reading may still be rendering there. Every failure becomes an
+:class:`~voxcache.errors.UpstreamError` carrying the upstream's status and its
+own message, so the caller sees *why* (502 over HTTP) instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from ..errors import MissingDependency, UpstreamError
+
+log = logging.getLogger("voxcache.upstream")
+
+DEFAULT_CONNECT_TIMEOUT = 5.0
+DEFAULT_READ_TIMEOUT = 300.0
+"""Seconds to wait for an upstream's answer: long texts on a busy GPU take minutes."""
+DEFAULT_RETRIES = 2
+MAX_ERROR_CHARS = 500
+
+
+def _httpx() -> Any:
+    try:
+        import httpx
+    except ImportError:
+        raise MissingDependency(
+            "the caching gateway needs httpx: pip install 'voxcache[service]'"
+        ) from None
+    return httpx
+
+
+class UpstreamClient:
+    """A thread-safe HTTP client bound to one upstream base URL."""
+
+    def __init__(self, base_url: str, *, timeout: float = DEFAULT_READ_TIMEOUT,
+                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+                 retries: int = DEFAULT_RETRIES, backoff: float = 0.2,
+                 headers: dict[str, str] | None = None) -> None:
+        httpx = _httpx()
+        self.base_url = base_url.rstrip("/")
+        self.retries = retries
+        self.backoff = backoff
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(timeout, connect=connect_timeout),
+            headers=headers or {}, follow_redirects=False)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """Send one request and return the response; raise UpstreamError unless 2xx."""
+        httpx = _httpx()
+        url = self.base_url + path
+        attempt = 0
+        while True:
+            try:
+                response = self._client.request(method, url, **kwargs)
+                break
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                if attempt >= self.retries:
+                    raise UpstreamError(
+                        f"upstream {self.base_url} is unreachable ({type(exc).__name__}: {exc}) "
+                        f"after {attempt + 1} attempt(s); is the TTS server running?"
+                    ) from None
+                attempt += 1
+                log.warning("upstream %s: %s; retry %d of %d", url, exc, attempt, self.retries)
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+            except httpx.TimeoutException as exc:
+                raise UpstreamError(
+                    f"upstream {url} did not answer in time ({type(exc).__name__}); "
+                    "raise the gateway's timeout for long texts"
+                ) from None
+            except httpx.HTTPError as exc:
+                raise UpstreamError(f"upstream {url} failed: {type(exc).__name__}: {exc}") from None
+        if not 200 <= response.status_code < 300:
+            raise UpstreamError(
+                f"upstream {method} {url} answered {response.status_code}: "
+                f"{error_message(response.content)}",
+                upstream_status=response.status_code,
+            )
+        return response
+
+    def get_json(self, path: str, **kwargs: Any) -> Any:
+        """GET a JSON document (discovery endpoints); malformed JSON is an UpstreamError."""
+        response = self.request("GET", path, **kwargs)
+        try:
+            return response.json()
+        except ValueError:
+            raise UpstreamError(
+                f"upstream {self.base_url}{path} did not answer JSON: "
+                f"{error_message(response.content)}"
+            ) from None
+
+    def close(self) -> None:
+        """Release pooled connections."""
+        self._client.close()
+
+
+def error_message(body: bytes) -> str:
+    """Pull the human-readable part out of an upstream's error body.
+
+    Upstreams disagree on the shape: GPT-SoVITS sends ``{"message", "Exception"}``,
+    OpenAI-style servers ``{"error": {"message"}}``, FastAPI ``{"detail"}``, Flask an
+    HTML page. Unknown shapes are passed on verbatim, truncated.
+    """
+    text = body.decode("utf-8", errors="replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return _truncate(text) or "(empty body)"
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return _truncate(str(error["message"]))
+        parts = [str(data[k]) for k in ("message", "Exception", "detail") if data.get(k)]
+        if parts:
+            return _truncate(": ".join(parts))
+    return _truncate(text)
+
+
+def _truncate(text: str) -> str:
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "…"

