@@ -55,6 +55,12 @@ class Settings:
     default_ttl: float | None = None
     lock_wait: float = 120.0
     max_text_chars: int = 5000
+    segments: str = "auto"
+    """Segment mode: ``auto`` (on where the engine splits context-free), ``on``, ``off``."""
+    seed_policy: str = "pin"
+    """Unseeded requests: ``pin``, ``bypass``, ``variants:N`` (requests may override it)."""
+    model_policy: str = "strict"
+    """Takes of an older model revision: ``strict`` or ``stale-while-revalidate``."""
     upstream: str | None = None
     """``KIND=URL``: render misses on a running TTS server (the caching gateway)."""
     upstream_revision: str | None = None

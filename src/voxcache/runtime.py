@@ -21,8 +21,12 @@ def open_cache(settings: Settings) -> Cache:
 def open_cached_engine(settings: Settings, cache: Cache | None = None) -> CachedEngine:
     """Load the configured engine and put it behind the cache."""
     engine = load_configured_engine(settings)
+    from .segments import enabled
+
     return CachedEngine(engine, cache or open_cache(settings), lock_wait=settings.lock_wait,
-                        max_text_chars=settings.max_text_chars)
+                        max_text_chars=settings.max_text_chars,
+                        segments=enabled(settings.segments, engine),
+                        seed_policy=settings.seed_policy, model_policy=settings.model_policy)
 
 
 def load_configured_engine(settings: Settings) -> Engine:
@@ -45,4 +49,7 @@ def describe_limits(settings: Settings, cached: CachedEngine) -> dict[str, objec
         **cached.cache.config.describe(),
         "lock_wait_seconds": settings.lock_wait,
         "max_text_chars": settings.max_text_chars,
+        "segments": cached.segments,
+        "seed_policy": str(cached.seed_policy),
+        "model_policy": cached.model_policy,
     }
