@@ -1,0 +1,107 @@
+"""Stored entries over HTTP, cache modes, overload, and metrics."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+import soundfile
+from fastapi.testclient import TestClient
+
+
+def test_stored_entry_is_immutable_with_etag_and_range(make_app) -> None:
+    app, _ = make_app()
+    c = TestClient(app)
+    r = c.post("/v1/audio/speech", json={"input": "Range me.", "response_format": "wav"})
+    key = r.headers["x-cache-key"]
+    full = c.get(f"/v1/audio/{key}")
+    assert full.status_code == 200 and full.content == r.content
+    assert "immutable" in full.headers["cache-control"]
+    assert full.headers["etag"] == f'"{key}"'
+    assert int(full.headers["content-length"]) == len(full.content)
+    part = c.get(f"/v1/audio/{key}", headers={"Range": "bytes=4-11"})
+    assert part.status_code == 206 and part.content == full.content[4:12]
+    assert c.get(f"/v1/audio/{key}", headers={"If-None-Match": f'"{key}"'}).status_code == 304
+    assert soundfile.read(io.BytesIO(full.content))[1] == 16000  # players skip the vxch chunk
+
+
+def test_bypass_and_refresh(make_app) -> None:
+    app, cached = make_app()
+    c = TestClient(app)
+    body = {"input": "Mode test.", "response_format": "wav"}
+    assert c.post("/v1/audio/speech", json=body).headers["x-cache"] == "MISS"
+    bypass = c.post("/v1/audio/speech", json={**body, "cache": "bypass"})
+    assert bypass.headers["x-cache"] == "BYPASS"
+    assert c.post("/v1/audio/speech", json=body).headers["x-cache"] == "HIT"
+    refresh = c.post("/v1/audio/speech", json={**body, "cache": "refresh"})
+    assert refresh.headers["x-cache"] == "MISS"
+    assert c.post("/v1/audio/speech", json=body).headers["x-cache"] == "HIT"
+    assert len(cached.engine.calls) == 3
+
+
+def test_overload_is_503_with_retry_after_and_hits_still_served(make_app, live) -> None:
+    app, _ = make_app(render_concurrency=1, render_queue=0)
+    with live(app) as server, httpx.Client(base_url=server.url, timeout=60) as c:
+        hot = {"input": "Already here.", "response_format": "wav"}
+        assert c.post("/v1/audio/speech", json=hot).headers["x-cache"] == "MISS"
+        slow = threading.Thread(target=httpx.post, args=(f"{server.url}/v1/audio/speech",),
+                                kwargs={"json": {"input": "Slow one.", "params": {"delay": 2}},
+                                        "timeout": 60})
+        slow.start()
+        deadline = time.monotonic() + 10
+        while app.state.server.admission.running == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        refused = c.post("/v1/audio/speech", json={"input": "No room for me."})
+        hit = c.post("/v1/audio/speech", json=hot)
+        slow.join()
+    assert refused.status_code == 503 and int(refused.headers["retry-after"]) >= 1
+    assert refused.json()["error"]["type"] == "overloaded_error"
+    assert hit.status_code == 200 and hit.headers["x-cache"] == "HIT"
+
+
+def test_metrics_exposes_the_promised_series(make_app) -> None:
+    app, _ = make_app()
+    c = TestClient(app)
+    for _ in range(2):
+        c.post("/v1/audio/speech", json={"input": "Count me.", "response_format": "wav"})
+    text = c.get("/metrics").text
+    for series in ('voxcache_requests_total{cache="HIT",code="200",route="speech"} 1.0',
+                   'voxcache_requests_total{cache="MISS",code="200",route="speech"} 1.0',
+                   'voxcache_hits_total{tier="memory"} 1.0',
+                   'voxcache_renders_total{outcome="ok"} 1.0',
+                   "voxcache_render_queue_depth 0.0", "voxcache_render_seconds_count 1.0",
+                   "voxcache_render_seconds_saved_total", 'voxcache_stored_bytes{tier="disk"}',
+                   'voxcache_cache_events_total{event="corruptions"} 0.0',
+                   'voxcache_time_to_first_audio_seconds_count{cache="HIT"} 1.0'):
+        assert series in text, series
+
+
+@pytest.mark.piper
+def test_piper_end_to_end_with_the_openai_client(make_app, live, piper) -> None:
+    app, _ = make_app(engine=piper)
+    with live(app) as server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
+        text = "Good morning. Today's weather is sunny with a high of twenty-four degrees."
+        timings = {}
+        for round_ in ("miss", "hit"):
+            started = time.perf_counter()
+            with client.audio.speech.with_streaming_response.create(
+                    model="tts-1", voice="alloy", input=text, response_format="pcm") as r:
+                chunks = r.iter_bytes()
+                first = next(chunks)
+                timings[round_] = time.perf_counter() - started
+                pcm = first + b"".join(chunks)
+                assert r.headers["x-cache"] == {"miss": "MISS", "hit": "HIT"}[round_]
+                assert "rate=22050" in r.headers["content-type"]
+            assert len(pcm) > 22050  # over half a second of speech
+        wav = client.audio.speech.with_raw_response.create(
+            model="piper", voice="en_US-joe-medium", input=text, response_format="wav")
+        assert wav.headers["x-cache"] == "HIT"
+        samples, rate = soundfile.read(io.BytesIO(wav.parse().content), dtype="int16")
+        assert rate == 22050 and samples.tobytes() == pcm
+    print(f"\nPiper time to first audio: miss {timings['miss'] * 1000:.0f} ms, "
+          f"hit {timings['hit'] * 1000:.1f} ms")
