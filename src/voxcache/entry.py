@@ -162,7 +162,7 @@ def _parse_envelope(blob: bytes, start: int, end: int) -> tuple[EntryHeader, int
     if stop > end:
         raise CorruptEntry("envelope truncated")
     try:
-        header = EntryHeader(**json.loads(blob[body : body + header_len]))
+        header = EntryHeader(**json.loads(blob[body : body + header_len].decode()))
     except (ValueError, TypeError) as exc:
         raise CorruptEntry(f"envelope header unreadable: {exc}") from None
     return header, stop
