@@ -11,7 +11,6 @@ go first). Each row keeps the canonical key payload, which is what lets
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import sqlite3
@@ -54,7 +53,9 @@ class Usage:
         self._interval = flush_interval
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        atexit.register(_flush_ref, weakref.ref(self))
+        # Flush when this object is collected or the process exits; the finalizer and
+        # the flusher thread hold no reference to ``self``, so collection can happen.
+        weakref.finalize(self, _final_flush, self.path, waveform, self._pending, self._lock)
 
     # -- recording (request path) -------------------------------------------
     def asked(self, resolved: ResolvedRequest, key: str, hit: bool, kind: str = "request") -> None:
@@ -79,26 +80,12 @@ class Usage:
     def flush(self) -> None:
         """Fold buffered counts into the table and trim it to ``max_rows``."""
         with self._lock:
-            pending, self._pending = self._pending, {}
+            pending = dict(self._pending)
+            self._pending.clear()
         if not pending:
             return
-        now = time.time()
-        rows = []
-        for key, (kind, resolved, asked, missed) in pending.items():
-            payload = key_payload(resolved, self._waveform)
-            rows.append((key, kind, resolved.tenant, resolved.engine_id,
-                         resolved.model_revision, resolved.voice, resolved.instruct,
-                         resolved.text[:500], json.dumps(payload, sort_keys=True), asked,
-                         missed, now))
-        with self._flush_lock, self._connect() as db:
-            db.executemany(
-                "INSERT INTO usage VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE "
-                "SET asked = asked + excluded.asked, missed = missed + excluded.missed, "
-                "last = excluded.last", rows)
-            (count,) = db.execute("SELECT COUNT(*) FROM usage").fetchone()
-            if count > self.max_rows:
-                db.execute("DELETE FROM usage WHERE key IN (SELECT key FROM usage "
-                           "ORDER BY asked, last LIMIT ?)", (count - int(self.max_rows * 0.9),))
+        with self._flush_lock:
+            _write(self.path, self._waveform, pending, self.max_rows)
 
     def top(self, by: str, limit: int, kind: str | None = None) -> list[dict[str, Any]]:
         """The ``limit`` most-missed (``by="missed"``) or most-hit (``"hits"``) keys."""
@@ -109,7 +96,7 @@ class Usage:
         where, params = ("WHERE kind = ?", (kind,)) if kind else ("", ())
         if not self.path.exists():
             return []
-        with self._connect() as db:
+        with _connect(self.path) as db:
             cursor = db.execute(
                 f"SELECT key, kind, tenant, engine, model, voice, instruct, text, payload, asked, "
                 f"missed FROM usage {where} ORDER BY {order} LIMIT ?", (*params, limit))
@@ -121,32 +108,71 @@ class Usage:
         self._stop.set()
         self.flush()
 
+    def _connect(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return _connect(self.path)
+
     def _start(self) -> None:
         with self._lock:
             if self._thread is not None:
                 return
-            self._thread = threading.Thread(target=self._loop, name="voxcache-usage",
-                                            daemon=True)
+            self._thread = threading.Thread(target=_flush_loop, args=(
+                weakref.ref(self), self._stop, self._interval), name="voxcache-usage",
+                daemon=True)
         self._thread.start()
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                self.flush()
-            except sqlite3.Error:  # analytics never break serving; retry next round
-                continue
 
-    @contextlib.contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        """A connection committed on success and always closed."""
-        db = sqlite3.connect(self.path, timeout=10)
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(SCHEMA)
-            with db:
-                yield db
-        finally:
-            db.close()
+def _write(path: Path, waveform: frozenset[str], pending: dict[str, list[Any]],
+           max_rows: int) -> None:
+    """Fold ``pending`` counts into the table and trim it to ``max_rows``."""
+    now = time.time()
+    rows = []
+    for key, (kind, resolved, asked, missed) in pending.items():
+        payload = key_payload(resolved, waveform)
+        rows.append((key, kind, resolved.tenant, resolved.engine_id, resolved.model_revision,
+                     resolved.voice, resolved.instruct, resolved.text[:500],
+                     json.dumps(payload, sort_keys=True), asked, missed, now))
+    with _connect(path) as db:
+        db.executemany(
+            "INSERT INTO usage VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE "
+            "SET asked = asked + excluded.asked, missed = missed + excluded.missed, "
+            "last = excluded.last", rows)
+        (count,) = db.execute("SELECT COUNT(*) FROM usage").fetchone()
+        if count > max_rows:
+            db.execute("DELETE FROM usage WHERE key IN (SELECT key FROM usage "
+                       "ORDER BY asked, last LIMIT ?)", (count - int(max_rows * 0.9),))
+
+
+@contextlib.contextmanager
+def _connect(path: Path) -> Iterator[sqlite3.Connection]:
+    """A connection committed on success and always closed."""
+    db = sqlite3.connect(path, timeout=10)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.executescript(SCHEMA)
+        with db:
+            yield db
+    finally:
+        db.close()
+
+
+def _flush_loop(ref: weakref.ref[Usage], stop: threading.Event, interval: float) -> None:
+    while not stop.wait(interval):
+        usage = ref()
+        if usage is None:
+            return
+        with contextlib.suppress(sqlite3.Error):  # analytics never break serving
+            usage.flush()
+        del usage
+
+
+def _final_flush(path: Path, waveform: frozenset[str], pending: dict[str, list[Any]],
+                 lock: threading.Lock) -> None:
+    with lock:
+        items = dict(pending)
+        pending.clear()
+    if items:
+        with contextlib.suppress(sqlite3.Error, OSError):
+            _write(path, waveform, items, 100_000)
 
 
 def request_from_payload(row: dict[str, Any]) -> SynthesisRequest | None:
@@ -160,8 +186,17 @@ def request_from_payload(row: dict[str, Any]) -> SynthesisRequest | None:
         params=payload["params"], tenant=payload["tenant"])
 
 
-def _flush_ref(ref: weakref.ref[Usage]) -> None:
-    usage = ref()
-    if usage is not None:
-        with contextlib.suppress(sqlite3.Error):
-            usage.flush()
+def top_phrases(root: Path, limit: int, kind: str | None = None) -> list[dict[str, Any]]:
+    """The most-missed requests (or segments) as phrases ``voxcache warm`` understands."""
+    phrases = []
+    for row in Usage(root, frozenset()).top("missed", limit, kind):
+        if row["missed"] <= 0:
+            continue
+        request = request_from_payload(row)
+        if request is None:  # a cloned voice: its reference clip is not kept
+            continue
+        phrases.append({"text": request.text, "voice": request.voice,
+                        "language": request.language, "instruct": request.instruct,
+                        "seed": request.seed, "speed": request.speed,
+                        "params": dict(request.params)})
+    return phrases

@@ -31,6 +31,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     p = subparsers.add_parser("stats", help="entries, bytes and counters")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--top-misses", type=int, metavar="N", help="the N most-missed requests "
+                   "and sentences, with voice/instruct/text")
+    p.add_argument("--top-hits", type=int, metavar="N", help="the N most-hit ones")
+    p.add_argument("--kind", choices=("request", "segment"), help="only whole requests or "
+                   "only sentences (with --top-misses/--top-hits)")
     p.set_defaults(handler=stats)
 
     p = subparsers.add_parser("ls", help="list stored entries, most recent first")
@@ -109,6 +114,8 @@ def explain(args: argparse.Namespace) -> int:
 
 def stats(args: argparse.Namespace) -> int:
     """Print tier sizes and persisted counters."""
+    if args.top_misses or args.top_hits:
+        return top_usage(args)
     cache = open_cache(settings_from(args))
     try:
         data = cache.stats()
@@ -123,6 +130,27 @@ def stats(args: argparse.Namespace) -> int:
     table = Table("counter", "value")
     for name, value in sorted(data["counters"].items()):
         table.add_row(name, f"{value:,}")
+    console.print(table)
+    return 0
+
+
+def top_usage(args: argparse.Namespace) -> int:
+    """Print the most-missed or most-hit requests and sentences (voxcache.usage)."""
+    from ..usage import Usage
+
+    by, limit = ("missed", args.top_misses) if args.top_misses else ("hits", args.top_hits)
+    rows = Usage(settings_from(args).cache_dir, frozenset()).top(by, limit, args.kind)
+    out = [{"kind": r["kind"], "asked": r["asked"], "missed": r["missed"],
+            "hits": r["asked"] - r["missed"], "voice": r["voice"], "instruct": r["instruct"],
+            "text": r["text"], "model": r["model"], "key": r["key"]} for r in rows]
+    if args.json:
+        print_json(out)
+        return 0
+    table = Table("kind", "asked", "missed", "hits", "voice", "instruct", "text",
+                  title=f"top {'misses' if by == 'missed' else 'hits'}")
+    for r in out:
+        table.add_row(r["kind"], str(r["asked"]), str(r["missed"]), str(r["hits"]),
+                      r["voice"] or "", r["instruct"] or "", r["text"][:60])
     console.print(table)
     return 0
 

@@ -24,8 +24,10 @@ FIELDS = {"text", "voice", "language", "instruct", "seed", "speed", "params", "t
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the ``warm`` command."""
     p = subparsers.add_parser("warm", help="pre-render a list of phrases (JSON or YAML)")
-    p.add_argument("file", help='phrases: a list, or {"phrases": [...]}; each with text and '
-                   "optionally voice, language, params, speed, seed, instruct, pin, ttl")
+    p.add_argument("file", nargs="?", help='phrases: a list, or {"phrases": [...]}; each with '
+                   "text and optionally voice, language, params, speed, seed, instruct, pin, ttl")
+    p.add_argument("--from-top-misses", type=int, metavar="N", help="instead of a file: the N "
+                   "most-missed requests and sentences recorded in this cache's usage table")
     p.add_argument("--pin", action="store_true", help="pin every phrase (never evicted)")
     p.add_argument("--json", action="store_true", help="print one JSON summary")
     p.set_defaults(handler=warm)
@@ -65,7 +67,14 @@ def warm(args: argparse.Namespace) -> int:
 
     from ..runtime import open_cached_engine
 
-    phrases = load_phrases(args.file)
+    if args.from_top_misses:
+        from ..usage import top_phrases
+
+        phrases = top_phrases(settings_from(args).cache_dir, args.from_top_misses)
+    elif args.file:
+        phrases = load_phrases(args.file)
+    else:
+        raise InvalidParameter("name a phrases FILE or use --from-top-misses N")
     cached = open_cached_engine(settings_from(args))
     summary: dict[str, Any] = {"rendered": 0, "cached": 0, "pinned": 0, "failed": []}
     try:

@@ -1,0 +1,95 @@
+"""``voxcache rerender --from-revision R``: warm a new model from the old one's most-used takes.
+
+After a model upgrade every key changes, so the first listener of each phrase
+would wait for a render. The usage table remembers which requests were asked
+for under the old revision (with their full key payload); this command renders
+the most-asked of them with the current engine ahead of traffic. It renders
+strictly (never serving the old take) and skips what is already there, so it
+can be stopped and run again.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from ..errors import VoxcacheError
+from ..usage import Usage, request_from_payload
+from .common import print_json, settings_from
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the ``rerender`` command."""
+    p = subparsers.add_parser("rerender", help="re-render an older model revision's most-used "
+                              "requests with the current model")
+    p.add_argument("--from-revision", required=True, metavar="R",
+                   help="the model revision whose takes to redo (see `voxcache stats`)")
+    p.add_argument("--top", type=int, default=100, metavar="N", help="how many (most asked)")
+    p.add_argument("--json", action="store_true", help="print one JSON summary")
+    p.set_defaults(handler=rerender)
+
+
+def candidates(usage: Usage, revision: str, top: int) -> list[dict[str, Any]]:
+    """Rows of whole requests asked under ``revision``, most asked first."""
+    usage.flush()
+    if not usage.path.exists():
+        return []
+    with usage._connect() as db:
+        cursor = db.execute("SELECT key, text, payload, asked FROM usage WHERE kind = 'request' "
+                            "AND model = ? ORDER BY asked DESC LIMIT ?", (revision, top))
+        return [dict(zip(("key", "text", "payload", "asked"), row, strict=True))
+                for row in cursor]
+
+
+def rerender(args: argparse.Namespace) -> int:
+    """Render the old revision's most-asked requests with the current engine."""
+    from ..runtime import open_cached_engine
+
+    cached = open_cached_engine(settings_from(args))
+    cached.model_policy = "strict"  # warming must produce new takes, not serve old ones
+    summary: dict[str, Any] = {"from_revision": args.from_revision,
+                               "to_revision": cached.engine.model_revision,
+                               "rendered": 0, "cached": 0, "skipped": 0, "failed": []}
+    try:
+        if args.from_revision == cached.engine.model_revision:
+            summary["note"] = "that is the current revision: nothing to re-render"
+            rows = []
+        else:
+            rows = candidates(cached.usage, args.from_revision, args.top)
+        columns = (TextColumn("re-rendering"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("{task.fields[text]}"), TimeRemainingColumn())
+        with Progress(*columns, transient=args.json) as progress:
+            task = progress.add_task("rerender", total=len(rows), text="")
+            for row in rows:
+                progress.update(task, text=str(row["text"])[:40])
+                _one(cached, row, summary)
+                progress.advance(task)
+    finally:
+        cached.usage.flush()
+        cached.cache.close()
+    if args.json:
+        print_json(summary)
+    else:
+        print(f"{summary['from_revision']} → {summary['to_revision']}: rendered "
+              f"{summary['rendered']}, already cached {summary['cached']}, skipped "
+              f"{summary['skipped']} (cloned voices), failed {len(summary['failed'])}"
+              + (f" — {summary['note']}" if "note" in summary else ""))
+    return 1 if summary["failed"] else 0
+
+
+def _one(cached: Any, row: dict[str, Any], summary: dict[str, Any]) -> None:
+    request = request_from_payload(row)
+    if request is None:
+        summary["skipped"] += 1
+        return
+    try:
+        _, key = cached.resolve_and_key(request)
+        if cached.cache.get(key) is not None:
+            summary["cached"] += 1
+            return
+        cached.synthesize(request)
+        summary["rendered"] += 1
+    except VoxcacheError as exc:
+        summary["failed"].append({"text": str(row["text"])[:80], "error": str(exc)})
