@@ -13,9 +13,9 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import VoxcacheError
-from . import cache_commands, serve, warm
+from . import cache_commands, rerender, serve, warm
 
-COMMAND_MODULES = [cache_commands, serve, warm]
+COMMAND_MODULES = [cache_commands, serve, warm, rerender]
 
 
 def build_parser() -> argparse.ArgumentParser:
