@@ -22,6 +22,8 @@ from .layout import STALE_TEMP_SECONDS, TEMP_PREFIX, entry_path, kind_of_file, r
 log = logging.getLogger("voxcache.lifecycle")
 
 BATCH = 256
+ENCODED_FIRST = "kind = 'encoded' DESC, score"
+"""Victim order: delivery encodings (re-derivable from their PCM) go before any PCM."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +63,7 @@ def _evict_down(root: Path, index: Index, now: float, reason: str, target: int) 
         if current <= target:
             return dropped
         victims = index.rows("pinned = 0 OR (pin_until IS NOT NULL AND pin_until <= ?)",
-                             (now,), order="score", limit=BATCH)
+                             (now,), order=ENCODED_FIRST, limit=BATCH)
         if not victims:
             log.warning("disk tier is over its %s cap but every entry is pinned", reason)
             return dropped
