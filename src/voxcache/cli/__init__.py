@@ -13,9 +13,9 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import VoxcacheError
-from . import cache_commands, rerender, serve, warm
+from . import bench, cache_commands, rerender, serve, warm
 
-COMMAND_MODULES = [cache_commands, serve, warm, rerender]
+COMMAND_MODULES = [cache_commands, serve, warm, bench, rerender]
 
 
 def build_parser() -> argparse.ArgumentParser:
