@@ -68,11 +68,12 @@ def make_app(tmp_path: Path) -> Iterator[AppFactory]:
     """Build apps over a tone engine (or a given engine) in this test's cache folder."""
     caches: list[Cache] = []
 
-    def make(engine: object | None = None, **options: object) -> tuple[object, CachedEngine]:
+    def make(engine: object | None = None, segments: bool = False,
+             **options: object) -> tuple[object, CachedEngine]:
         settings = Settings(cache_dir=tmp_path / "cache", engine="tone")
         cache = Cache(settings.cache_dir, settings.cache_config())
         caches.append(cache)
-        cached = CachedEngine(engine or ToneEngine(), cache)
+        cached = CachedEngine(engine or ToneEngine(), cache, segments=segments)
         return create_app(settings, options=ServiceOptions(**options), cached=cached), cached
 
     yield make

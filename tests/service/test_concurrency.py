@@ -4,12 +4,14 @@ flowing while renders saturate the engine."""
 from __future__ import annotations
 
 import asyncio
+import io
 import statistics
 import threading
 import time
 
 import httpx
 import pytest
+import soundfile
 
 STAMPEDE = 32
 
@@ -20,9 +22,16 @@ async def _stampede(url: str, body: dict, route: str = "/v1/audio/speech") -> li
         return await asyncio.gather(*(c.post(route, json=body) for _ in range(STAMPEDE)))
 
 
+def _samples(response: httpx.Response) -> bytes:
+    """The take's samples (a WAV's envelope records when that copy was written)."""
+    if not response.content.startswith(b"RIFF"):
+        return response.content
+    return soundfile.read(io.BytesIO(response.content), dtype="int16")[0].tobytes()
+
+
 def _statuses(responses: list[httpx.Response]) -> list[str]:
     assert all(r.status_code == 200 for r in responses), [r.text for r in responses[:3]]
-    assert len({r.content for r in responses}) == 1, "every caller must get the same take"
+    assert len({_samples(r) for r in responses}) == 1, "every caller must get the same take"
     return [r.headers["x-cache"] for r in responses]
 
 
@@ -107,3 +116,17 @@ def test_hits_are_served_while_renders_saturate_the_engine(make_app, live, piper
           f"{statistics.median(loaded) * 1000:.2f} ms (ratio {ratio:.2f}); p-max idle "
           f"{max(idle) * 1000:.2f} ms, loaded {max(loaded) * 1000:.2f} ms; renders still "
           f"running at the end: {still_rendering}")
+
+
+def test_segment_mode_stampede_renders_once_and_hits_skip_the_render_slots(make_app,
+                                                                           live) -> None:
+    """With segment mode on, misses go through CachedEngine's segment path — still once."""
+    app, cached = make_app(segments=True, render_queue=2)
+    body = {"input": "Segment one. Segment two.", "params": {"delay": 0.3},
+            "response_format": "wav"}
+    with live(app) as server:
+        statuses = _statuses(asyncio.run(_stampede(server.url, body)))
+        again = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=30)
+    assert statuses.count("MISS") == 1 and statuses.count("JOINED") == STAMPEDE - 1
+    assert len(cached.engine.calls) == 1  # both sentences in one engine call
+    assert again.headers["x-cache"] == "HIT" and again.headers["x-cache-tier"] == "memory"

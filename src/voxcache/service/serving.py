@@ -14,6 +14,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from ..audio import Audio
 from ..cached import CachedEngine
@@ -83,6 +84,7 @@ class Server:
         self.admission = admission
         self.metrics = metrics
         self.timeout = timeout
+        self._library_calls: dict[str, asyncio.Future[Any]] = {}
 
     async def resolve(self, request: SynthesisRequest) -> tuple[ResolvedRequest, str]:
         """Canonicalise and key a request (a reference clip is decoded off the loop)."""
@@ -94,8 +96,6 @@ class Server:
                    stream: bool = False, request: SynthesisRequest | None = None) -> Take:
         """Find or render the take; with ``stream`` a miss returns before its render ends."""
         rate, channels = self.cached.engine.sample_rate, 1
-        if request is not None and mode == "use" and self._needs_library_path(resolved):
-            return await self._library(request)
         if mode == "bypass":
             entry = await self._bypass(resolved, key)
             return Take(key, "BYPASS", "engine", rate, channels, entry=entry)
@@ -105,6 +105,8 @@ class Server:
             found = await self.lookup(key)
             if found is not None:
                 return found
+            if request is not None and self._needs_library_path(resolved):
+                return await self._library(request, key)
         flight, leader = self.cached.flights.join_or_lead(key)
         if leader:
             self._lead(resolved, key, flight)
@@ -149,13 +151,26 @@ class Server:
         policy = getattr(cached, "seed_policy", None)
         return resolved.seed is None and getattr(policy, "mode", "pin") != "pin"
 
-    async def _library(self, request: SynthesisRequest) -> Take:
-        started = time.perf_counter()
-        future = self.admission.submit_render(self.cached.synthesize, request)
-        future.add_done_callback(lambda f: self._rendered(f.exception(), started))
-        result = await asyncio.wait_for(asyncio.wrap_future(future), self.timeout)
+    async def _library(self, request: SynthesisRequest, key: str) -> Take:
+        """A miss served by ``CachedEngine.synthesize`` (whole, not streamed), in a render slot.
+
+        Concurrent callers of one key share one call (``JOINED``): without it each would
+        take a render slot just to wait on the library's per-segment flights.
+        """
+        pending = self._library_calls.get(key)
+        joined = pending is not None
+        if pending is None:
+            started = time.perf_counter()
+            future = self.admission.submit_render(self.cached.synthesize, request)
+            future.add_done_callback(lambda f: self._rendered(f.exception(), started))
+            pending = self._library_calls[key] = asyncio.wrap_future(future)
+            pending.add_done_callback(lambda _: self._library_calls.pop(key, None))
+        else:
+            self.cache.count("joins")
+        result = await asyncio.wait_for(asyncio.shield(pending), self.timeout)
         header = result.entry.header
-        status = {"miss": "MISS", "partial": "MISS"}.get(result.cache, result.cache.upper())
+        status = "JOINED" if joined else {"miss": "MISS", "partial": "MISS"}.get(
+            result.cache, result.cache.upper())
         return Take(result.key, status, result.tier, header.sample_rate, header.channels,
                     entry=result.entry)
 
