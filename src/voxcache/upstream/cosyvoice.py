@@ -32,7 +32,7 @@ from ..audio import Audio
 from ..errors import InvalidParameter
 from ..request import ResolvedRequest
 from .base import UpstreamEngine
-from .decode import decode_pcm
+from .decode import pcm_stream
 
 SFT_SPEAKERS = ("中文女", "中文男", "日语男", "粤语女", "英文女", "英文男", "韩语女")
 """The speakers of CosyVoice-300M-SFT's spk2info (``list_available_spks``)."""
@@ -86,5 +86,5 @@ class CosyVoiceEngine(UpstreamEngine):
         files = None
         if request.reference_audio is not None:
             files = {"prompt_wav": ("prompt.wav", request.reference_audio, "audio/wav")}
-        response = self.client.request("POST", route, data=fields, files=files)
-        yield decode_pcm(response.content, self.sample_rate)
+        with self.client.stream("POST", route, data=fields, files=files) as chunks:
+            yield from pcm_stream(chunks, self.sample_rate)

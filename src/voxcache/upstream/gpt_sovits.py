@@ -45,7 +45,7 @@ from ..errors import InvalidParameter
 from ..params import ParamSpec
 from ..request import ResolvedRequest
 from .base import UpstreamEngine
-from .decode import decode_wav
+from .decode import wav_stream
 
 log = logging.getLogger("voxcache.upstream")
 
@@ -156,7 +156,7 @@ class GptSovitsEngine(UpstreamEngine):
         self.supports_reference = self.ref_dir is not None
 
     def render(self, request: ResolvedRequest) -> Iterator[Audio]:
-        """Send the whole request to ``POST /tts`` and decode its WAV (streamed or not)."""
+        """``POST /tts`` and pass its WAV (streamed or not) on as it arrives."""
         self.refuse_unhonoured(request)
         if request.seed is not None and request.seed >= SEED_LIMIT:
             raise InvalidParameter(f"GPT-SoVITS seeds must be below 2**32, got {request.seed}")
@@ -171,10 +171,10 @@ class GptSovitsEngine(UpstreamEngine):
             "prompt_lang": p["prompt_lang"] or lang, "speed_factor": request.speed,
             "seed": -1 if request.seed is None else request.seed, "media_type": "wav",
         }
-        response = self.client.request("POST", "/tts", json=body)
-        audio = decode_wav(response.content)
-        self.sample_rate = audio.sample_rate
-        yield audio
+        with self.client.stream("POST", "/tts", json=body) as chunks:
+            for audio in wav_stream(chunks):
+                self.sample_rate = audio.sample_rate  # the model's rate, known only from answers
+                yield audio
 
     def _reference(self, request: ResolvedRequest) -> tuple[str, str, list[str]]:
         """The path, prompt text and aux paths to send, after checking they match the key."""

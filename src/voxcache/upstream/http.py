@@ -11,9 +11,11 @@ own message, so the caller sees *why* (502 over HTTP) instead of a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from ..errors import MissingDependency, UpstreamError
@@ -53,14 +55,36 @@ class UpstreamClient:
             headers=headers or {}, follow_redirects=False)
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        """Send one request and return the response; raise UpstreamError unless 2xx."""
+        """Send one request and return the whole response; raise UpstreamError unless 2xx."""
+        response = self._send(method, path, stream=False, **kwargs)
+        self._check(response, method)
+        return response
+
+    @contextlib.contextmanager
+    def stream(self, method: str, path: str, **kwargs: Any) -> Iterator[Iterator[bytes]]:
+        """Send one request and yield its body as it arrives (misses stream to callers early).
+
+        A failure mid-body is an UpstreamError too; the caller never stores a torn take,
+        because the render fails as a whole.
+        """
+        response = self._send(method, path, stream=True, **kwargs)
+        try:
+            if not 200 <= response.status_code < 300:
+                response.read()
+            self._check(response, method)
+            yield self._body(response)
+        finally:
+            response.close()
+
+    def _send(self, method: str, path: str, *, stream: bool, **kwargs: Any) -> Any:
+        """Send, retrying only when the connection itself failed (nothing reached the server)."""
         httpx = _httpx()
         url = self.base_url + path
+        request = self._client.build_request(method, url, **kwargs)
         attempt = 0
         while True:
             try:
-                response = self._client.request(method, url, **kwargs)
-                break
+                return self._client.send(request, stream=stream)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 if attempt >= self.retries:
                     raise UpstreamError(
@@ -70,20 +94,23 @@ class UpstreamClient:
                 attempt += 1
                 log.warning("upstream %s: %s; retry %d of %d", url, exc, attempt, self.retries)
                 time.sleep(self.backoff * 2 ** (attempt - 1))
-            except httpx.TimeoutException as exc:
-                raise UpstreamError(
-                    f"upstream {url} did not answer in time ({type(exc).__name__}); "
-                    "raise the gateway's timeout for long texts"
-                ) from None
             except httpx.HTTPError as exc:
-                raise UpstreamError(f"upstream {url} failed: {type(exc).__name__}: {exc}") from None
+                raise _failure(url, exc) from None
+
+    def _check(self, response: Any, method: str) -> None:
         if not 200 <= response.status_code < 300:
             raise UpstreamError(
-                f"upstream {method} {url} answered {response.status_code}: "
+                f"upstream {method} {response.url} answered {response.status_code}: "
                 f"{error_message(response.content)}",
                 upstream_status=response.status_code,
             )
-        return response
+
+    def _body(self, response: Any) -> Iterator[bytes]:
+        httpx = _httpx()
+        try:
+            yield from response.iter_bytes()
+        except httpx.HTTPError as exc:
+            raise _failure(str(response.url), exc) from None
 
     def get_json(self, path: str, **kwargs: Any) -> Any:
         """GET a JSON document (discovery endpoints); malformed JSON is an UpstreamError."""
@@ -99,6 +126,14 @@ class UpstreamClient:
     def close(self) -> None:
         """Release pooled connections."""
         self._client.close()
+
+
+def _failure(url: str, exc: Exception) -> UpstreamError:
+    """An upstream that was reached but failed mid-way (timeouts included): never retried."""
+    if isinstance(exc, _httpx().TimeoutException):
+        return UpstreamError(f"upstream {url} did not answer in time ({type(exc).__name__}); "
+                             "raise the gateway's timeout for long texts")
+    return UpstreamError(f"upstream {url} failed: {type(exc).__name__}: {exc}")
 
 
 def error_message(body: bytes) -> str:

@@ -21,7 +21,7 @@ from ..audio import Audio
 from ..errors import UpstreamError
 from ..request import ResolvedRequest
 from .base import UpstreamEngine
-from .decode import decode_wav
+from .decode import wav_stream
 
 OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage",
                  "shimmer", "verse", "marin", "cedar")
@@ -63,12 +63,12 @@ class OpenAISpeechEngine(UpstreamEngine):
         return [str(n) for n in names if n]
 
     def render(self, request: ResolvedRequest) -> Iterator[Audio]:
-        """Ask for the whole take as WAV."""
+        """Ask for the take as WAV and pass samples on as they arrive."""
         self.refuse_unhonoured(request)
         body: dict[str, Any] = {"model": self.model, "input": request.text,
                                 "voice": request.voice, "response_format": "wav",
                                 "speed": request.speed}
         if request.instruct:
             body["instructions"] = request.instruct
-        response = self.client.request("POST", self.path, json=body)
-        yield decode_wav(response.content)
+        with self.client.stream("POST", self.path, json=body) as chunks:
+            yield from wav_stream(chunks)

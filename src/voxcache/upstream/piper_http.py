@@ -24,7 +24,7 @@ from ..audio import Audio
 from ..params import ParamSpec
 from ..request import ResolvedRequest
 from .base import UpstreamEngine
-from .decode import decode_wav
+from .decode import wav_stream
 
 
 class PiperHttpEngine(UpstreamEngine):
@@ -54,7 +54,7 @@ class PiperHttpEngine(UpstreamEngine):
         self.model_revision = self.identity(f"voice={name}", f"config={config_hash}")
 
     def render(self, request: ResolvedRequest) -> Iterator[Audio]:
-        """Ask the server for the whole take (it returns one WAV, not sentences)."""
+        """Ask the server for the take; it answers one WAV once every sentence is done."""
         self.refuse_unhonoured(request)
         p = request.params
         body = {
@@ -65,8 +65,8 @@ class PiperHttpEngine(UpstreamEngine):
             "noise_scale": p["noise_scale"],
             "noise_w_scale": p["noise_w_scale"],
         }
-        response = self.client.request("POST", "/synthesize", json=body)
-        yield decode_wav(response.content)
+        with self.client.stream("POST", "/synthesize", json=body) as chunks:
+            yield from wav_stream(chunks)
 
 
 def _params(inference: dict[str, Any], speakers: int) -> dict[str, ParamSpec]:

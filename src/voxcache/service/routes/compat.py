@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
@@ -96,9 +95,13 @@ def status_of(exc: VoxcacheError) -> int:
     return 500
 
 
-def error_json(exc: VoxcacheError, **body: Any) -> JSONResponse:
-    """An error in the caller's protocol's shape, with Retry-After when overloaded."""
+def error_json(exc: VoxcacheError, field: str) -> JSONResponse:
+    """An error in the caller's protocol's shape (``field`` holds the message), with the
+    service's ``{"error": {"message", "type"}}`` beside it so either kind of client reads it."""
     headers = {}
     if isinstance(exc, Overloaded):
         headers["Retry-After"] = str(max(1, round(exc.retry_after)))
-    return JSONResponse(body, status_code=status_of(exc), headers=headers)
+    status = status_of(exc)
+    kind = "invalid_request_error" if status < 500 else "upstream_error"
+    body = {field: str(exc), "error": {"message": str(exc), "type": kind}}
+    return JSONResponse(body, status_code=status, headers=headers)

@@ -11,7 +11,7 @@ CosyVoice forks send). Errors are FastAPI's ``{"detail": …}``, as the server's
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile
 from fastapi.responses import StreamingResponse
@@ -24,20 +24,31 @@ from .compat import error_json, serve, tenant_of
 router = APIRouter(tags=["cosyvoice"])
 MAX_PROMPT_BYTES = 32 * 2**20
 STREAM_CHUNK = 64 * 1024
-METHODS = ["GET", "POST"]
+
 Tenant = Annotated[str, Depends(tenant_of)]
 Field = Annotated[str, Form()]
 Clip = Annotated[UploadFile, File()]
 
 
-@router.api_route("/inference_sft", methods=METHODS)
+def _get_and_post(path: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a route for POST and, as CosyVoice's server does, for GET (kept out of the
+    schema: a GET with a form body is legal but confuses OpenAPI tools)."""
+    def register(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+        name = path.strip("/")
+        router.add_api_route(path, endpoint, methods=["POST"], operation_id=f"cosyvoice_{name}")
+        router.add_api_route(path, endpoint, methods=["GET"], include_in_schema=False)
+        return endpoint
+    return register
+
+
+@_get_and_post("/inference_sft")
 async def inference_sft(request: Request, tts_text: Field, spk_id: Field,
                         tenant: Tenant) -> Response:
     """A built-in speaker."""
     return await _respond(request, None, lambda _: api.inference_sft(tts_text, spk_id, tenant))
 
 
-@router.api_route("/inference_zero_shot", methods=METHODS)
+@_get_and_post("/inference_zero_shot")
 async def inference_zero_shot(request: Request, tts_text: Field,
                               prompt_text: Field, prompt_wav: Clip,
                               tenant: Tenant) -> Response:
@@ -46,7 +57,7 @@ async def inference_zero_shot(request: Request, tts_text: Field,
         tts_text, prompt_text, clip, tenant))
 
 
-@router.api_route("/inference_cross_lingual", methods=METHODS)
+@_get_and_post("/inference_cross_lingual")
 async def inference_cross_lingual(request: Request, tts_text: Field,
                                   prompt_wav: Clip,
                                   tenant: Tenant) -> Response:
@@ -55,7 +66,7 @@ async def inference_cross_lingual(request: Request, tts_text: Field,
         tts_text, clip, tenant))
 
 
-@router.api_route("/inference_instruct", methods=METHODS)
+@_get_and_post("/inference_instruct")
 async def inference_instruct(request: Request, tts_text: Field, spk_id: Field,
                              instruct_text: Field,
                              tenant: Tenant) -> Response:
@@ -64,7 +75,7 @@ async def inference_instruct(request: Request, tts_text: Field, spk_id: Field,
         tts_text, spk_id, instruct_text, tenant))
 
 
-@router.api_route("/inference_instruct2", methods=METHODS)
+@_get_and_post("/inference_instruct2")
 async def inference_instruct2(request: Request, tts_text: Field,
                               instruct_text: Field, prompt_wav: Clip,
                               tenant: Tenant) -> Response:
@@ -90,7 +101,7 @@ async def _respond(request: Request, upload: UploadFile | None,
         core = build(await _read(upload))
         served = await serve(request, core, "cosyvoice")
     except VoxcacheError as exc:
-        return error_json(exc, detail=str(exc))
+        return error_json(exc, "detail")
     rate = str(served.audio.sample_rate)
     headers = {**served.headers, "X-Sample-Rate": rate, "X-Custom-Header-sampleRate": rate}
     return StreamingResponse(_chunks(served.audio.pcm), headers=headers)

@@ -10,6 +10,7 @@ takes, so a hit streams from storage at once.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import shutil
 import subprocess
@@ -21,14 +22,35 @@ from fastapi.responses import StreamingResponse
 
 from ...audio import Audio
 from ...errors import InvalidParameter, UnsupportedFeature, VoxcacheError
-from ...upstream.gpt_sovits_api import tts_call
+from ...upstream.gpt_sovits import PARAMS
+from ...upstream.gpt_sovits_api import FIELDS, tts_call
 from .compat import engine_of, error_json, serve, tenant_of
 
 router = APIRouter(tags=["gpt-sovits"])
 STREAM_CHUNK = 64 * 1024
+_JSON_TYPES = {"int": "integer", "float": "number", "bool": "boolean", "str": "string"}
 
 
-@router.get("/tts")
+def _schema(name: str) -> dict[str, Any]:
+    """The OpenAPI schema of one api_v2 field (documentation; the mapping does the checking)."""
+    if name == "aux_ref_audio_paths":
+        return {"type": "array", "items": {"type": "string"}}
+    if name == "streaming_mode":
+        return {"anyOf": [{"type": "boolean"}, {"type": "integer", "enum": [0, 1, 2, 3]}]}
+    if name in PARAMS:
+        return {"type": _JSON_TYPES[PARAMS[name].type]}
+    kinds = {"speed_factor": "number", "seed": "integer"}
+    return {"type": kinds.get(name, "string")}
+
+
+_QUERY = {"parameters": [{"name": n, "in": "query", "required": n == "text",
+                          "schema": _schema(n)} for n in FIELDS]}
+_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+    "type": "object", "required": ["text"],
+    "properties": {n: _schema(n) for n in FIELDS}}}}}}
+
+
+@router.get("/tts", openapi_extra=_QUERY)
 async def tts_get(request: Request, tenant: str = Depends(tenant_of)) -> Response:
     """api_v2's GET form: every field as a query parameter."""
     query = request.query_params
@@ -38,16 +60,15 @@ async def tts_get(request: Request, tenant: str = Depends(tenant_of)) -> Respons
     return await _tts(request, fields, tenant)
 
 
-@router.post("/tts")
+@router.post("/tts", openapi_extra=_BODY)
 async def tts_post(request: Request, tenant: str = Depends(tenant_of)) -> Response:
     """api_v2's POST form: a JSON object with the same fields."""
     try:
         fields = await request.json()
     except ValueError:
-        return error_json(InvalidParameter("body must be JSON"), message="body must be JSON")
+        return error_json(InvalidParameter("body must be JSON"), "message")
     if not isinstance(fields, dict):
-        return error_json(InvalidParameter("body must be a JSON object"),
-                          message="body must be a JSON object")
+        return error_json(InvalidParameter("body must be a JSON object"), "message")
     return await _tts(request, fields, tenant)
 
 
@@ -55,9 +76,10 @@ async def _tts(request: Request, fields: dict[str, Any], tenant: str) -> Respons
     try:
         call = tts_call(fields, engine_of(request), tenant)
         served = await serve(request, call.request, "gpt-sovits")
-        body = served.wav if call.media_type == "wav" else _encode(served.audio, call.media_type)
+        body = served.wav if call.media_type == "wav" else await asyncio.to_thread(
+            _encode, served.audio, call.media_type)
     except VoxcacheError as exc:
-        return error_json(exc, message=str(exc))
+        return error_json(exc, "message")
     media_type = f"audio/{call.media_type}"
     if call.streaming:
         return StreamingResponse(_chunks(body), media_type=media_type, headers=served.headers)

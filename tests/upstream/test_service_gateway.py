@@ -1,0 +1,57 @@
+"""The whole service (``create_app``) as a gateway in front of a real Piper HTTP server.
+
+Both the service's own OpenAI route and the protocol routers of this package go
+through the service's serving path (admission, X-Cache); the upstream's request
+log shows which requests reached it.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from voxcache import Cache, CachedEngine
+from voxcache.config import Settings
+from voxcache.service import create_app
+from voxcache.service.options import ServiceOptions
+from voxcache.service.routes import cosyvoice, gpt_sovits
+from voxcache.upstream import load_upstream
+
+from .servers import piper_http_server, serve_app
+
+pytestmark = pytest.mark.piper
+
+
+def test_service_gateway_hits_skip_the_upstream_and_survive_it(tmp_path) -> None:
+    settings = Settings(cache_dir=tmp_path / "cache")
+    cache = Cache(settings.cache_dir, settings.cache_config())
+    with piper_http_server(tmp_path) as upstream:
+        cached = CachedEngine(load_upstream(f"piper-http={upstream.url}", retries=0), cache)
+        app = create_app(settings, options=ServiceOptions(), cached=cached)
+        app.include_router(gpt_sovits.router)
+        app.include_router(cosyvoice.router)
+        with serve_app(app) as gateway:
+            speech = {"model": "tts-1", "input": "Platform two.", "voice": "en_US-joe-medium",
+                      "response_format": "wav"}
+            first = httpx.post(f"{gateway}/v1/audio/speech", json=speech, timeout=60)
+            upstream.wait_for_syntheses(1)
+            second = httpx.post(f"{gateway}/v1/audio/speech", json=speech, timeout=60)
+            tts = httpx.get(f"{gateway}/tts", params={"text": "Platform two.",
+                                                      "text_lang": "en"}, timeout=60)
+            sft = httpx.post(f"{gateway}/inference_sft",
+                             data={"tts_text": "Platform three.", "spk_id": "en_US-joe-medium"},
+                             timeout=60)
+            upstream.wait_for_syntheses(2)
+            upstream.stop()
+            hit = httpx.get(f"{gateway}/tts", params={"text": "Platform two.",
+                                                      "text_lang": "en"}, timeout=60)
+            miss = httpx.post(f"{gateway}/v1/audio/speech",
+                              json={**speech, "input": "Platform four."}, timeout=60)
+            tts_miss = httpx.get(f"{gateway}/tts", params={"text": "Platform four."})
+    cache.close()
+    assert [r.status_code for r in (first, second, tts, sft, hit)] == [200] * 5
+    assert [r.headers["X-Cache"] for r in (first, second, tts, sft, hit)] == [
+        "MISS", "HIT", "HIT", "MISS", "HIT"]
+    assert tts.content == first.content
+    assert miss.status_code == 502 and "unreachable" in miss.text
+    assert tts_miss.status_code == 502 and "unreachable" in tts_miss.json()["message"]
