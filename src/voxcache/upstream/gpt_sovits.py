@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,7 @@ PARAMS: dict[str, ParamSpec] = {s.name: s for s in (
 )}
 
 _warned: set[str] = set()
+MAX_WARNED = 4096
 
 
 def local_path(path: str, base: str | Path | None) -> Path | None:
@@ -116,6 +118,8 @@ def ref_audio_id(path: str, base: str | Path | None = None) -> str:
         except OSError:
             pass
     if path not in _warned:
+        if len(_warned) >= MAX_WARNED:
+            _warned.clear()
         _warned.add(path)
         log.warning("gateway cannot read reference %r: keying on the path, so a clip replaced "
                     "at that path keeps its old takes (set ref_base to the upstream's folder)",
@@ -207,7 +211,8 @@ class GptSovitsEngine(UpstreamEngine):
         target = self.ref_dir / name
         if not target.exists():
             self.ref_dir.mkdir(parents=True, exist_ok=True)
-            temp = target.with_suffix(f".{os.getpid()}.tmp")
-            temp.write_bytes(request.reference_audio)
-            os.replace(temp, target)
+            fd, temp = tempfile.mkstemp(dir=self.ref_dir, suffix=".tmp")
+            with os.fdopen(fd, "wb") as out:
+                out.write(request.reference_audio)
+            os.replace(temp, target)  # same bytes whoever wins: the name is their fingerprint
         return f"{str(self.ref_dir_upstream).rstrip('/')}/{name}"
