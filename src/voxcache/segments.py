@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -100,15 +100,32 @@ def plan(cached: CachedEngine, resolved: ResolvedRequest) -> list[Segment] | Non
     return segments
 
 
-def serve(cached: CachedEngine, resolved: ResolvedRequest, key: str,
-          started: float) -> Result | None:
-    """Serve a whole-request miss from segments; None when segment mode does not apply."""
+class _Sink(dict[str, Audio]):
+    """Segment audio by key that reports each arrival (what streaming plays from)."""
+
+    def __init__(self, notify: Callable[[str, Audio], None]) -> None:
+        super().__init__()
+        self._notify = notify
+
+    def __setitem__(self, key: str, value: Audio) -> None:
+        super().__setitem__(key, value)
+        self._notify(key, value)
+
+
+def serve(cached: CachedEngine, resolved: ResolvedRequest, key: str, started: float,
+          segments: list[Segment] | None = None,
+          notify: Callable[[str, Audio], None] | None = None) -> Result | None:
+    """Serve a whole-request miss from segments; None when segment mode does not apply.
+
+    ``notify(segment_key, audio)`` is called as each sentence becomes available —
+    cached ones at once, rendered ones as the engine yields them.
+    """
     from .cached import Result, _meta
 
-    segments = plan(cached, resolved)
+    segments = segments if segments is not None else plan(cached, resolved)
     if segments is None:
         return None
-    audio: dict[str, Audio] = {}
+    audio: dict[str, Audio] = _Sink(notify) if notify else {}
     for seg in segments:
         if seg.key not in audio:
             found = cached.cache.get(seg.key)
