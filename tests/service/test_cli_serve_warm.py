@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 
 import httpx
 
@@ -65,3 +66,29 @@ def test_serve_logs_limits_prints_address_and_shuts_down_gracefully(tmp_path, se
     assert proc.returncode == 0
     assert f"on {url}" in output
     assert '"render_concurrency"' in output and '"model_revision"' in output
+
+
+def test_sigterm_lets_an_in_flight_render_finish_and_be_stored(tmp_path, serve_proc) -> None:
+    import threading
+
+    cache_dir = tmp_path / "cache"
+    result: dict[str, httpx.Response] = {}
+    with serve_proc(cache_dir) as (url, proc):
+        body = {"text": "Finish me. Before you go.", "params": {"delay": 0.75}}
+        worker = threading.Thread(target=lambda: result.setdefault(
+            "r", httpx.post(f"{url}/v1/synthesize", json=body, timeout=60)))
+        worker.start()
+        deadline = time.monotonic() + 20
+        while httpx.get(f"{url}/v1/stats", timeout=5).json()["renders"]["running"] == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        worker.join(timeout=60)
+        proc.wait(timeout=60)
+    assert proc.returncode in (0, -signal.SIGTERM)  # uvicorn re-raises the signal it handled
+    assert result["r"].status_code == 200 and result["r"].headers["x-cache"] == "MISS"
+    cache = Cache(cache_dir)
+    try:
+        assert cache.disk.get(result["r"].headers["x-cache-key"]) is not None
+    finally:
+        cache.close()

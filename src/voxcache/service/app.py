@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
@@ -32,6 +33,8 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
                cached: CachedEngine | None = None) -> FastAPI:
     """Build the service; ``cached`` lets a caller supply its own engine (tests count calls)."""
     options = options or service_options(settings)
+    if options.switch_interval > 0:
+        sys.setswitchinterval(options.switch_interval)  # process-wide: this is a server
     cached = cached or open_cached_engine(settings)
     admission = Admission(options.render_concurrency, options.render_queue, options.io_threads)
     metrics = Metrics(cached.cache, lambda: admission.queued, lambda: admission.running)
