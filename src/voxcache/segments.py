@@ -33,6 +33,7 @@ from .errors import EngineError, InvalidParameter, UnsupportedFeature, VoxcacheE
 from .key import digest, key_payload
 from .request import ResolvedRequest
 from .singleflight import Flight, key_lock
+from .upgrades import record
 
 if TYPE_CHECKING:
     from .cached import CachedEngine, Result
@@ -239,6 +240,8 @@ def _render_into(cached: CachedEngine, resolved: ResolvedRequest, segments: list
         started = time.perf_counter()
         entry = audio_entry(seg.key, chunk, ttl=ttl, meta=_meta(seg.resolved))
         stored = cached.cache.put(entry, tenant=resolved.tenant)
+        if cached.engine.segments_context_free:  # its key is a request key: keep its lineage
+            record(cached, seg.resolved, seg.key)
         audio[seg.key] = chunk
         flight = flights[seg.key]
         flight.publish(chunk)

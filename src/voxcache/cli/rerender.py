@@ -32,13 +32,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def candidates(usage: Usage, revision: str, top: int) -> list[dict[str, Any]]:
-    """Rows of whole requests asked under ``revision``, most asked first."""
+    """Keys asked under ``revision``, most asked first.
+
+    Sentences count too: a context-free sentence's key is the key of that sentence
+    asked alone, so re-rendering it warms every paragraph that contains it.
+    """
     usage.flush()
     if not usage.path.exists():
         return []
     with usage._connect() as db:
-        cursor = db.execute("SELECT key, text, payload, asked FROM usage WHERE kind = 'request' "
-                            "AND model = ? ORDER BY asked DESC LIMIT ?", (revision, top))
+        cursor = db.execute("SELECT key, text, payload, asked FROM usage WHERE model = ? AND "
+                            "json_extract(payload, '$.kind') = 'audio' ORDER BY asked DESC "
+                            "LIMIT ?", (revision, top))
         return [dict(zip(("key", "text", "payload", "asked"), row, strict=True))
                 for row in cursor]
 
