@@ -105,3 +105,26 @@ def test_piper_end_to_end_with_the_openai_client(make_app, live, piper) -> None:
         assert rate == 22050 and samples.tobytes() == pcm
     print(f"\nPiper time to first audio: miss {timings['miss'] * 1000:.0f} ms, "
           f"hit {timings['hit'] * 1000:.1f} ms")
+
+
+def test_a_caller_that_times_out_does_not_cancel_the_shared_render(make_app, live) -> None:
+    app, cached = make_app(request_timeout=0.3)
+    body = {"input": "Slow. Very slow. Still going.", "params": {"delay": 0.3},
+            "response_format": "wav"}
+    with live(app) as server, httpx.Client(base_url=server.url, timeout=30) as c:
+        import concurrent.futures
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            first, second = pool.map(lambda _: c.post("/v1/audio/speech", json=body), range(2))
+        assert {first.status_code, second.status_code} == {504}
+        assert "timed out" in first.json()["error"]["message"]
+        deadline = time.monotonic() + 10
+        while app.state.server.admission.running or len(cached.flights):  # render goes on
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        again = c.post("/v1/audio/speech", json=body)
+        metrics = c.get("/metrics").text
+    assert again.status_code == 200 and again.headers["x-cache"] == "HIT"
+    assert len(cached.engine.calls) == 1
+    assert 'voxcache_renders_total{outcome="ok"} 1.0' in metrics  # the leader was not cancelled
+    assert 'outcome="failed"' not in metrics

@@ -116,7 +116,9 @@ class Server:
             self.cache.count("joins")
         if stream:
             return Take(key, status, "engine", rate, channels, flight=flight)
-        result = await asyncio.wait_for(asyncio.wrap_future(flight.future), self.timeout)
+        # shield: a caller that times out (or goes away) must not cancel the shared flight
+        result = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(flight.future)),
+                                        self.timeout)
         if leader and result.cache == "joined":  # another process rendered it meanwhile
             status = "JOINED"
         return Take(key, status, result.tier if status == "JOINED" else "engine",
@@ -207,4 +209,4 @@ class Server:
         started = time.perf_counter()
         future = self.admission.submit_render(render)
         future.add_done_callback(lambda f: self._rendered(f.exception(), started))
-        return await asyncio.wait_for(asyncio.wrap_future(future), self.timeout)
+        return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), self.timeout)
