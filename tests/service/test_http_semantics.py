@@ -40,7 +40,11 @@ def test_bypass_and_refresh(make_app) -> None:
     refresh = c.post("/v1/audio/speech", json={**body, "cache": "refresh"})
     assert refresh.headers["x-cache"] == "MISS"
     assert c.post("/v1/audio/speech", json=body).headers["x-cache"] == "HIT"
-    assert len(cached.engine.calls) == 3
+    header = c.post("/v1/audio/speech", json=body, headers={"X-Cache-Mode": "bypass"})
+    assert header.headers["x-cache"] == "BYPASS"
+    assert c.post("/v1/audio/speech", json=body,
+                  headers={"X-Cache-Mode": "sometimes"}).status_code == 400
+    assert len(cached.engine.calls) == 4
 
 
 def test_overload_is_503_with_retry_after_and_hits_still_served(make_app, live) -> None:

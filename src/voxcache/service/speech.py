@@ -24,7 +24,7 @@ from .guard import tenant_of
 from .options import OPENAI_MODELS, OPENAI_VOICES
 from .respond import STREAMABLE, streamed, whole
 from .schemas import SpeechRequest, SynthesizeRequest
-from .serving import Server
+from .serving import MODES, Server
 from .voices import VOICE_ID
 
 router = APIRouter()
@@ -82,6 +82,7 @@ async def _serve(request: Request, route: str, core: SynthesisRequest, format_na
                  mode: str, stream: bool, sse: bool, started: float) -> Response:
     server: Server = request.app.state.server
     fmt = lookup(format_name)
+    mode = _cache_mode(request, mode)
     if stream and not sse and fmt.name not in STREAMABLE:
         stream = False  # encoded formats are delivered whole
     private = getattr(request.state, "private_voice", None)
@@ -103,6 +104,16 @@ async def _serve(request: Request, route: str, core: SynthesisRequest, format_na
         response = await whole(server, take, fmt, started)
     server.metrics.request(route, take.cache, response.status_code)
     return response
+
+
+def _cache_mode(request: Request, field: str) -> str:
+    """The ``X-Cache-Mode`` header (for clients that cannot add body fields) beats the field."""
+    header = request.headers.get("x-cache-mode")
+    if header is None:
+        return field
+    if header not in MODES:
+        raise InvalidParameter(f"X-Cache-Mode must be one of {', '.join(MODES)}, got {header!r}")
+    return header
 
 
 def _check_model(server: Server, model: str | None) -> None:
