@@ -119,6 +119,9 @@ def test_a_stale_reference_id_is_refused_before_rendering(upstream, ref_dir, cac
     cached = gsv(url, ref_dir, cache)
     with pytest.raises(InvalidParameter, match="does not match"):
         cached.synthesize(SynthesisRequest("Hi.", params=params))
+    with pytest.raises(InvalidParameter, match="JSON list"):
+        cached.synthesize(SynthesisRequest("Hi.", params={**params,
+                                                          "aux_ref_audio_paths": "a.wav"}))
     assert calls == []
 
 

@@ -139,6 +139,20 @@ def reference_params(ref_audio_path: str, aux_ref_audio_paths: Sequence[str] = (
     }
 
 
+def _aux_paths(text: str) -> list[str]:
+    """Decode the ``aux_ref_audio_paths`` parameter (a JSON list of strings)."""
+    if not text:
+        return []
+    try:
+        paths = json.loads(text)
+    except ValueError:
+        paths = None
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        raise InvalidParameter(
+            f"aux_ref_audio_paths must be a JSON list of paths, got {text[:100]!r}")
+    return paths
+
+
 class GptSovitsEngine(UpstreamEngine):
     """Renders misses on a GPT-SoVITS api_v2 server."""
 
@@ -193,7 +207,7 @@ class GptSovitsEngine(UpstreamEngine):
             raise InvalidParameter(
                 "GPT-SoVITS needs a reference voice: set ref_audio_path (a path on the "
                 "upstream server)" + (" or send reference audio" if self.ref_dir else ""))
-        aux = json.loads(p["aux_ref_audio_paths"]) if p["aux_ref_audio_paths"] else []
+        aux = _aux_paths(p["aux_ref_audio_paths"])
         expected = reference_params(path, aux, self.ref_base)
         for name in ("ref_audio_id", "aux_ref_audio_ids"):
             if p[name] != expected[name]:
