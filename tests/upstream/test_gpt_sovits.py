@@ -98,6 +98,14 @@ def test_unreadable_path_keys_on_the_string_and_warns(upstream, ref_dir, cache, 
     assert (first.cache, again.cache) == ("miss", "hit") and len(calls) == 1
 
 
+def test_a_clip_only_the_upstream_decodes_is_keyed_by_its_bytes(ref_dir) -> None:
+    (ref_dir / "a.m4a").write_bytes(b"not something libsndfile reads")
+    first = reference_params("a.m4a", base=ref_dir)["ref_audio_id"]
+    (ref_dir / "a.m4a").write_bytes(b"another clip in that format")
+    assert first.startswith("bytes:")
+    assert reference_params("a.m4a", base=ref_dir)["ref_audio_id"] != first
+
+
 def test_aux_references_are_a_set_of_contents(upstream, ref_dir, cache) -> None:
     url, calls = upstream
     main, b, c = (clip(ref_dir / f"{n}.wav", p) for n, p in (("m", 300), ("b", 500), ("c", 700)))

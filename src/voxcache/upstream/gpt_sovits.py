@@ -12,8 +12,9 @@ GPT-SoVITS itself caches by that string — overwriting the file in place keeps
 serving the old voice. The gateway keys on *content* instead wherever it can:
 ``ref_audio_id`` is ``pcm:<fingerprint of the decoded samples>`` when the
 gateway can read the file (an absolute path, or a relative one under
-``ref_base``, the upstream's working folder as the gateway sees it), so the same
-clip at two paths is one key and a clip changed in place is a new key. When the
+``ref_base``, the upstream's working folder as the gateway sees it; a format
+only the upstream decodes is ``bytes:<hash of the file>``), so the same clip at
+two paths is one key and a clip changed in place is a new key. When the
 gateway cannot read the file (the upstream runs on another machine) the id is
 ``path:<the string>`` and a warning is logged once per path: a clip replaced at
 the same path then keeps its old takes until they expire or are purged — mount
@@ -41,8 +42,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import blake3
+
 from ..audio import Audio, fingerprint_reference
-from ..errors import InvalidParameter
+from ..errors import BadReferenceAudio, InvalidParameter
 from ..params import ParamSpec
 from ..request import ResolvedRequest
 from .base import UpstreamEngine
@@ -114,9 +117,15 @@ def ref_audio_id(path: str, base: str | Path | None = None) -> str:
     local = local_path(path, base)
     if local is not None:
         try:
-            return "pcm:" + fingerprint_reference(local.read_bytes()).fingerprint
+            data = local.read_bytes()
         except OSError:
-            pass
+            data = None
+        if data is not None:
+            try:
+                return "pcm:" + fingerprint_reference(data).fingerprint
+            except BadReferenceAudio:
+                # a format only the upstream decodes (or over our length limit): still content
+                return "bytes:" + blake3.blake3(data).hexdigest()
     if path not in _warned:
         if len(_warned) >= MAX_WARNED:
             _warned.clear()
