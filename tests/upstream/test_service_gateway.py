@@ -7,6 +7,10 @@ log shows which requests reached it.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import httpx
 import pytest
 
@@ -17,7 +21,7 @@ from voxcache.service.options import ServiceOptions
 from voxcache.service.routes import cosyvoice, gpt_sovits
 from voxcache.upstream import load_upstream
 
-from .servers import piper_http_server, serve_app
+from .servers import free_port, piper_http_server, serve_app, wait_until
 
 pytestmark = pytest.mark.piper
 
@@ -55,3 +59,35 @@ def test_service_gateway_hits_skip_the_upstream_and_survive_it(tmp_path) -> None
     assert tts.content == first.content
     assert miss.status_code == 502 and "unreachable" in miss.text
     assert tts_miss.status_code == 502 and "unreachable" in tts_miss.json()["message"]
+
+
+def test_voxcache_serve_runs_as_a_gateway_from_the_environment(tmp_path) -> None:
+    """``voxcache serve`` as a real process, pointed at the upstream by VOXCACHE_UPSTREAM."""
+    with piper_http_server(tmp_path) as upstream:
+        port = free_port()
+        env = {**os.environ, "VOXCACHE_UPSTREAM": f"piper-http={upstream.url}",
+               "VOXCACHE_UPSTREAM_REVISION": "joe-test", "VOXCACHE_DIR": str(tmp_path / "c")}
+        log = (tmp_path / "serve.log").open("wb")
+        process = subprocess.Popen([sys.executable, "-m", "voxcache.cli", "serve", "--port",
+                                    str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            def up() -> bool:
+                assert process.poll() is None, (tmp_path / "serve.log").read_text()
+                try:
+                    return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+                except httpx.HTTPError:
+                    return False
+
+            wait_until(up, what="voxcache serve")
+            speech = {"model": "piper-http", "input": "Gate closing.", "response_format": "wav"}
+            answers = [httpx.post(f"{url}/v1/audio/speech", json=speech, timeout=60)
+                       for _ in range(2)]
+            upstream.wait_for_syntheses(1)
+        finally:
+            process.terminate()
+            process.wait(30)
+            log.close()
+    started = (tmp_path / "serve.log").read_text()
+    assert "serving piper-http (piper-http|" in started and "rev=joe-test" in started
+    assert [a.headers["X-Cache"] for a in answers] == ["MISS", "HIT"]
