@@ -100,3 +100,25 @@ def test_a_miss_streams_while_the_upstream_is_still_speaking() -> None:
         release.set()
         rest = list(chunks)
     assert Audio.join([first, *rest]).pcm == SAMPLES.tobytes() * 2
+
+
+def test_an_answer_torn_mid_body_fails_the_render_and_stores_nothing(cache) -> None:
+    from voxcache import CachedEngine
+
+    app = FastAPI()
+
+    @app.post("/inference_sft")
+    async def sft() -> StreamingResponse:
+        async def body():
+            yield SAMPLES.tobytes()
+            raise RuntimeError("the upstream died mid-take")
+
+        return StreamingResponse(body())
+
+    with serve_app(app) as url:
+        cached = CachedEngine(load_upstream(f"cosyvoice={url}"), cache)
+        request = SynthesisRequest("Torn.")
+        with pytest.raises(UpstreamError, match="failed"):
+            cached.synthesize(request)
+        _, key = cached.resolve_and_key(request)
+    assert cache.get(key) is None

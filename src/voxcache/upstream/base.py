@@ -72,7 +72,3 @@ class UpstreamEngine(Engine):
     def describe(self) -> dict[str, object]:
         """The engine summary plus where it forwards misses."""
         return {**super().describe(), "upstream": {"kind": self.kind, "url": self.url}}
-
-    def close(self) -> None:
-        """Release the HTTP client's connections."""
-        self.client.close()

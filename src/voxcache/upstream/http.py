@@ -70,7 +70,7 @@ class UpstreamClient:
         response = self._send(method, path, stream=True, **kwargs)
         try:
             if not 200 <= response.status_code < 300:
-                response.read()
+                self._read(response)  # the error text, for the message
             self._check(response, method)
             yield self._body(response)
         finally:
@@ -105,6 +105,13 @@ class UpstreamClient:
                 upstream_status=response.status_code,
             )
 
+    def _read(self, response: Any) -> None:
+        httpx = _httpx()
+        try:
+            response.read()
+        except httpx.HTTPError as exc:
+            raise _failure(str(response.url), exc) from None
+
     def _body(self, response: Any) -> Iterator[bytes]:
         httpx = _httpx()
         try:
@@ -122,10 +129,6 @@ class UpstreamClient:
                 f"upstream {self.base_url}{path} did not answer JSON: "
                 f"{error_message(response.content)}"
             ) from None
-
-    def close(self) -> None:
-        """Release pooled connections."""
-        self._client.close()
 
 
 def _failure(url: str, exc: Exception) -> UpstreamError:
