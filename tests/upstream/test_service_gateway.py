@@ -46,6 +46,11 @@ def test_service_gateway_hits_skip_the_upstream_and_survive_it(tmp_path) -> None
                              data={"tts_text": "Platform three.", "spk_id": "en_US-joe-medium"},
                              timeout=60)
             upstream.wait_for_syntheses(2)
+            refreshed = httpx.get(f"{gateway}/tts", params={"text": "Platform two."},
+                                  headers={"X-Cache-Mode": "refresh"}, timeout=60)
+            upstream.wait_for_syntheses(3)
+            bad_mode = httpx.get(f"{gateway}/tts", params={"text": "Platform two."},
+                                 headers={"X-Cache-Mode": "sometimes"})
             upstream.stop()
             hit = httpx.get(f"{gateway}/tts", params={"text": "Platform two.",
                                                       "text_lang": "en"}, timeout=60)
@@ -57,6 +62,8 @@ def test_service_gateway_hits_skip_the_upstream_and_survive_it(tmp_path) -> None
     assert [r.headers["X-Cache"] for r in (first, second, tts, sft, hit)] == [
         "MISS", "HIT", "HIT", "MISS", "HIT"]
     assert tts.content == first.content
+    assert refreshed.status_code == 200 and refreshed.headers["X-Cache"] == "MISS"
+    assert bad_mode.status_code == 400 and "X-Cache-Mode" in bad_mode.json()["message"]
     assert miss.status_code == 502 and "unreachable" in miss.text
     assert tts_miss.status_code == 502 and "unreachable" in tts_miss.json()["message"]
 

@@ -23,9 +23,11 @@ from ...engine import Engine
 from ...errors import (
     CacheDirError,
     EngineError,
+    InvalidParameter,
     MissingDependency,
     Overloaded,
     RequestError,
+    UnsupportedFeature,
     VoxcacheError,
 )
 from ...request import SynthesisRequest
@@ -66,19 +68,25 @@ def tenant_of(request: Request) -> str:
 
 
 async def serve(request: Request, core: SynthesisRequest, route: str) -> Served:
-    """Find or render ``core`` through the app's serving path."""
+    """Find or render ``core`` through the app's serving path (``X-Cache-Mode`` honoured)."""
     server = getattr(request.app.state, "server", None)
+    mode = request.headers.get("x-cache-mode", "use")
     if server is None:
+        if mode != "use":
+            raise UnsupportedFeature("X-Cache-Mode needs the voxcache service app")
         result = await _cached(request).asynthesize(core)
         headers = {"X-Cache": result.cache.upper(), "X-Cache-Tier": result.tier,
                    "X-Cache-Key": result.key, "ETag": f'"{result.key}"'}
         return Served(result.wav, result.audio, headers)
     from ..formats import lookup
     from ..respond import cache_headers
+    from ..serving import MODES
 
+    if mode not in MODES:
+        raise InvalidParameter(f"X-Cache-Mode must be one of {', '.join(MODES)}, got {mode!r}")
     started = time.perf_counter()
     resolved, key = await server.resolve(core)
-    take = await server.take(resolved, key)
+    take = await server.take(resolved, key, mode, request=core)
     server.metrics.first_audio(take.cache, time.perf_counter() - started)
     server.metrics.request(route, take.cache, 200)
     return Served(take.entry.blob, take.entry.audio(), cache_headers(take, lookup("wav")))
