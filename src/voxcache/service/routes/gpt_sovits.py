@@ -74,7 +74,12 @@ async def tts_post(request: Request, tenant: str = Depends(tenant_of)) -> Respon
 
 async def _tts(request: Request, fields: dict[str, Any], tenant: str) -> Response:
     try:
-        call = tts_call(fields, engine_of(request), tenant)
+        engine = engine_of(request)
+        if fields.get("ref_audio_path") or fields.get("aux_ref_audio_paths"):
+            # reading and fingerprinting clips is file I/O: keep it off the event loop
+            call = await asyncio.to_thread(tts_call, fields, engine, tenant)
+        else:
+            call = tts_call(fields, engine, tenant)
         served = await serve(request, call.request, "gpt-sovits")
         body = served.wav if call.media_type == "wav" else await asyncio.to_thread(
             _encode, served.audio, call.media_type)
