@@ -130,3 +130,14 @@ def test_segment_mode_stampede_renders_once_and_hits_skip_the_render_slots(make_
     assert statuses.count("MISS") == 1 and statuses.count("JOINED") == STAMPEDE - 1
     assert len(cached.engine.calls) == 1  # both sentences in one engine call
     assert again.headers["x-cache"] == "HIT" and again.headers["x-cache-tier"] == "memory"
+
+
+def test_segment_mode_still_streams_a_miss_sentence_by_sentence(make_app, live) -> None:
+    app, cached = make_app(segments=True)
+    body = {"input": "Stream one. Stream two. Stream three.", "params": {"delay": 0.2},
+            "response_format": "pcm", "stream_format": "sse"}
+    with live(app) as server, httpx.stream("POST", f"{server.url}/v1/audio/speech", json=body,
+                                           timeout=30) as r:
+        assert r.headers["x-cache"] == "MISS"
+        deltas = [line for line in r.iter_lines() if "speech.audio.delta" in line]
+    assert len(deltas) == 3 and len(cached.engine.calls) == 1

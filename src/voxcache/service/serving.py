@@ -105,8 +105,13 @@ class Server:
             found = await self.lookup(key)
             if found is not None:
                 return found
-            if request is not None and self._needs_library_path(resolved):
-                return await self._library(request, key)
+            path = self._library_reason(resolved) if request is not None else None
+            if path == "policy" or (path == "segments" and (
+                    key in self._library_calls or not (stream or self.cached.flights.get(key)))):
+                return await self._library(request, key)  # type: ignore[arg-type]
+            # A streamed miss in segment mode renders whole, sentence by sentence, under the
+            # request key: the same samples (segment mode needs context-free sentences), heard
+            # at once instead of after the last sentence; it just reuses no cached sentences.
         flight, leader = self.cached.flights.join_or_lead(key)
         if leader:
             self._lead(resolved, key, flight)
@@ -143,15 +148,15 @@ class Server:
         header = entry.header
         return Take(key, "HIT", tier, header.sample_rate, header.channels, entry=entry)
 
-    def _needs_library_path(self, resolved: ResolvedRequest) -> bool:
-        """True when a cache policy of ``CachedEngine`` (seed variants, segments, stale serving)
-        decides this request: then its own ``synthesize`` serves it, in a render slot."""
+    def _library_reason(self, resolved: ResolvedRequest) -> str | None:
+        """Which ``CachedEngine`` feature must decide this miss, if any: ``policy`` (seed
+        variants/bypass, stale serving: always its own ``synthesize``) or ``segments``."""
         cached = self.cached
-        if getattr(cached, "segments", False) or getattr(cached, "model_policy", "strict") \
-                != "strict":
-            return True
         policy = getattr(cached, "seed_policy", None)
-        return resolved.seed is None and getattr(policy, "mode", "pin") != "pin"
+        if getattr(cached, "model_policy", "strict") != "strict" or (
+                resolved.seed is None and getattr(policy, "mode", "pin") != "pin"):
+            return "policy"
+        return "segments" if getattr(cached, "segments", False) else None
 
     async def _library(self, request: SynthesisRequest, key: str) -> Take:
         """A miss served by ``CachedEngine.synthesize`` (whole, not streamed), in a render slot.
