@@ -127,9 +127,11 @@ class CachedEngine:
         resolved = self.resolve(request)
         payload = key_payload(resolved, self._waveform)
         key = digest(payload)
-        segments = plan(self, resolved) if self.segments else None
+        policy = self._seed_policy(request)
+        whole = not self.segments or (resolved.seed is None and policy.mode != "pin")
+        segments = None if whole else plan(self, resolved)
         return {"key": key, "payload": payload, "canonical": canonical_bytes(payload).decode(),
-                "seed_policy": describe(self, resolved, key, self._seed_policy(request)),
+                "seed_policy": describe(self, resolved, key, policy),
                 "model_policy": self.model_policy,
                 "segments": None if segments is None else [
                     {"text": s.resolved.text, "key": s.key} for s in segments]}
