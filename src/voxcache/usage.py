@@ -18,6 +18,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +66,8 @@ class Usage:
             if row is None:
                 if len(self._pending) >= self.max_pending:
                     return
+                if resolved.reference_audio is not None:  # keep the fingerprint, not the clip
+                    resolved = replace(resolved, reference_audio=None)
                 row = self._pending[key] = [kind, resolved, 0, 0]
             row[2] += 1
             row[3] += 0 if hit else 1
