@@ -92,3 +92,32 @@ def test_sigterm_lets_an_in_flight_render_finish_and_be_stored(tmp_path, serve_p
         assert cache.disk.get(result["r"].headers["x-cache-key"]) is not None
     finally:
         cache.close()
+
+
+def test_config_file_sets_limits_tenants_and_voice_aliases(tmp_path, serve_proc) -> None:
+    config = tmp_path / "voxcache.toml"
+    config.write_text('[service]\nrender_queue = 3\nmax_body_bytes = "2KB"\n\n'
+                      '[tenants.acme]\napi_keys = ["acme-secret-key"]\n\n'
+                      '[voice_aliases]\nnova = "bass"\n')
+    with serve_proc(tmp_path / "cache", config=config) as (url, _proc):
+        assert httpx.post(f"{url}/v1/audio/speech", json={"input": "hi"}).status_code == 401
+        auth = {"Authorization": "Bearer acme-secret-key"}
+        stats = httpx.get(f"{url}/v1/stats", headers=auth).json()
+        voices = httpx.get(f"{url}/v1/voices", headers=auth).json()
+        nova = httpx.post(f"{url}/v1/audio/speech", headers=auth, timeout=30,
+                          json={"input": "Alias.", "voice": "nova", "response_format": "wav"})
+        bass = httpx.post(f"{url}/v1/audio/speech", headers=auth, timeout=30,
+                          json={"input": "Alias.", "voice": "bass", "response_format": "wav"})
+        big = httpx.post(f"{url}/v1/audio/speech", headers=auth, json={"input": "x" * 3000})
+    assert stats["renders"]["queue_limit"] == 3
+    assert voices["aliases"]["nova"] == "bass" and voices["aliases"]["alloy"] == "alto"
+    assert (nova.headers["x-cache"], bass.headers["x-cache"]) == ("MISS", "HIT")
+    assert big.status_code == 413
+
+
+def test_unknown_service_setting_is_refused(tmp_path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text("[service]\nrender_slots = 2\n")
+    result = run_cli("--cache-dir", str(tmp_path / "c"), "--engine", "tone", "--config",
+                     str(config), "serve")
+    assert result.returncode == 2 and "render_slots" in result.stderr
