@@ -72,7 +72,11 @@ def test_metrics_exposes_the_promised_series(make_app) -> None:
     c = TestClient(app)
     for _ in range(2):
         c.post("/v1/audio/speech", json={"input": "Count me.", "response_format": "wav"})
+    c.post("/v1/audio/speech", json={"input": "hi", "voice": "nobody"})
+    c.post("/v1/audio/speech", json={"input": ""})
     text = c.get("/metrics").text
+    assert 'voxcache_requests_total{cache="ERROR",code="404",route="speech"} 1.0' in text
+    assert 'voxcache_requests_total{cache="ERROR",code="400",route="speech"} 1.0' in text
     for series in ('voxcache_requests_total{cache="HIT",code="200",route="speech"} 1.0',
                    'voxcache_requests_total{cache="MISS",code="200",route="speech"} 1.0',
                    'voxcache_hits_total{tier="memory"} 1.0',

@@ -95,14 +95,15 @@ def error_response(exc: BaseException) -> JSONResponse:
 def install(app: FastAPI) -> None:
     """Register the handlers that make every failure one of the shapes above."""
 
-    async def on_voxcache(_request: Request, exc: Exception) -> JSONResponse:
-        return error_response(exc)
+    async def on_voxcache(request: Request, exc: Exception) -> JSONResponse:
+        return _counted(request, error_response(exc))
 
-    async def on_validation(_request: Request, exc: Exception) -> JSONResponse:
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
         problems = "; ".join(_describe(err) for err in exc.errors()[:5])
-        return JSONResponse(error_body(f"invalid request: {problems}", "invalid_request_error",
-                                       code="ValidationError"), status_code=400)
+        return _counted(request, JSONResponse(error_body(
+            f"invalid request: {problems}", "invalid_request_error", code="ValidationError"),
+            status_code=400))
 
     async def on_http(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
@@ -114,6 +115,15 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(Exception, on_voxcache)
+
+
+def _counted(request: Request, response: JSONResponse) -> JSONResponse:
+    """Count a refused request under its route (cache status ``ERROR``)."""
+    server = getattr(request.app.state, "server", None)
+    route = request.scope.get("route")
+    if server is not None and route is not None:
+        server.metrics.request(getattr(route, "name", "unknown"), "ERROR", response.status_code)
+    return response
 
 
 def _describe(err: dict[str, object]) -> str:
