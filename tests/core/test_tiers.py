@@ -120,6 +120,7 @@ def test_corrupt_index_file_is_rebuilt(cache_dir):
 
 
 def test_stale_temp_files_from_dead_writers_are_swept(cache_dir, cache):
+    cache.disk.startup_check.join()  # the start-up sweep would race the one under test
     folder = cache_dir / "objects" / "ab" / "cd"
     folder.mkdir(parents=True)
     dead = folder / ".tmp-999999999-abc"
