@@ -136,3 +136,14 @@ def test_a_caller_that_times_out_does_not_cancel_the_shared_render(make_app, liv
     assert len(cached.engine.calls) == 1
     assert 'voxcache_renders_total{outcome="ok"} 1.0' in metrics  # the leader was not cancelled
     assert 'outcome="failed"' not in metrics
+
+
+def test_served_requests_feed_the_usage_analytics(make_app) -> None:
+    """Hits and misses through the service are what `warm --from-top-misses` ranks."""
+    app, cached = make_app()
+    c = TestClient(app)
+    for _ in range(3):
+        c.post("/v1/audio/speech", json={"input": "Asked three times.", "response_format": "wav"})
+    top = cached.usage.top("asked", 5)
+    assert [(row["text"], row["asked"], row["missed"]) for row in top] == [
+        ("Asked three times.", 3, 1)]

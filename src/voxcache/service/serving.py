@@ -103,7 +103,10 @@ class Server:
             await self.admission.read(self.cache.delete, key)
         else:
             found = await self.lookup(key)
+            usage = getattr(self.cached, "usage", None)  # what `warm --from-top-misses` reads
             if found is not None:
+                if usage is not None:
+                    usage.asked(resolved, key, hit=True)
                 return found
             path = self._library_reason(resolved) if request is not None else None
             if path == "policy" or (path == "segments" and (
@@ -112,6 +115,8 @@ class Server:
             # A streamed miss in segment mode renders whole, sentence by sentence, under the
             # request key: the same samples (segment mode needs context-free sentences), heard
             # at once instead of after the last sentence; it just reuses no cached sentences.
+            if usage is not None:
+                usage.asked(resolved, key, hit=False)
         flight, leader = self.cached.flights.join_or_lead(key)
         if leader:
             self._lead(resolved, key, flight)
