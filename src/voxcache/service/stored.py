@@ -37,15 +37,15 @@ async def stored_audio(key: str, request: Request, tenant: str = Depends(tenant_
     server: Server = request.app.state.server
     if not KEY.fullmatch(key):
         raise NotFound(f"no entry {key!r}")
-    entry = server.cache.memory.get(key)
+    entry, tier = server.cache.memory.get(key), "memory"
     if entry is None:
-        entry = await server.admission.read(server.cache.disk.get, key)
+        entry, tier = await server.admission.read(server.cache.disk.get, key), "disk"
         if entry is not None:
             server.cache.memory.put(entry)
     if entry is None or entry.header.meta.get("tenant", "default") != tenant:
         raise NotFound(f"no entry {key!r}")
     headers = {"ETag": f'"{key}"', "Cache-Control": IMMUTABLE, "X-Cache": "HIT",
-               "X-Cache-Key": key, "X-Cache-Tier": "disk"}
+               "X-Cache-Key": key, "X-Cache-Tier": tier}
     if _matches(request.headers.get("if-none-match"), key):
         return Response(status_code=304, headers=headers)
     path = server.cache.disk.path_of(key)
