@@ -73,7 +73,7 @@ _BOOLS = ("privacy", "allow_public")
 def service_options(settings: Settings, **overrides: Any) -> ServiceOptions:
     """Read the service's sections out of ``settings.extra`` plus the environment."""
     table: dict[str, Any] = dict(settings.extra.get("service", {}))
-    for name in [f.name for f in dataclasses.fields(ServiceOptions)]:
+    for name in (*_NUMBERS, *_SIZES, *_BOOLS):
         env = os.environ.get(f"VOXCACHE_SERVICE_{name.upper()}")
         if env is not None:
             table[name] = env
