@@ -58,6 +58,7 @@ def test_streaming_response(tone_server) -> None:
         model="tts-1", voice="alloy", input=text, response_format="pcm")
     assert again.headers["x-cache"] == "HIT"
     assert again.parse().content == pcm
+    assert int(again.headers["content-length"]) == len(pcm)  # a stored take goes whole
     assert len(cached.engine.calls) == 1
 
 
