@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import subprocess
@@ -9,6 +10,8 @@ import sys
 import time
 
 import httpx
+import pytest
+import soundfile
 
 from voxcache.cache import Cache
 
@@ -121,3 +124,17 @@ def test_unknown_service_setting_is_refused(tmp_path) -> None:
     result = run_cli("--cache-dir", str(tmp_path / "c"), "--engine", "tone", "--config",
                      str(config), "serve")
     assert result.returncode == 2 and "render_slots" in result.stderr
+
+
+@pytest.mark.piper
+def test_the_default_service_speaks_with_piper(tmp_path, serve_proc) -> None:
+    """`voxcache serve` as shipped: Piper, segment mode auto, the OpenAI route, a hit."""
+    body = {"model": "tts-1", "voice": "alloy", "response_format": "wav",
+            "input": "Welcome! Please scan the code on your table to order."}
+    with serve_proc(tmp_path / "cache", engine="piper") as (url, _proc):
+        first = httpx.post(f"{url}/v1/audio/speech", json=body, timeout=60)
+        second = httpx.post(f"{url}/v1/audio/speech", json=body, timeout=60)
+        ready = httpx.get(f"{url}/readyz").json()
+    assert (first.headers["x-cache"], second.headers["x-cache"]) == ("MISS", "HIT")
+    samples, rate = soundfile.read(io.BytesIO(second.content), dtype="int16")
+    assert rate == 22050 and len(samples) > rate and ready["engine"] == "piper"
