@@ -127,13 +127,15 @@ def run(ctx: Context) -> None:
     rows = [measure(ctx, piper, words, counter) for words in (5, 20, 60)]
     ctx.table("misses", "Miss latency: Piper alone vs through voxcache (ms)", rows, notes=[
         "`cache overhead` is a miss through voxcache with an engine that replays Piper's audio "
-        "instantly: key, lookup, flight, cross-process lock, disk re-check, checksum, atomic "
-        "publish, index insert, memory fill.",
+        "instantly: everything voxcache does on a miss (key, lookup, flight, cross-process "
+        "lock, disk re-check, checksum, atomic publish, index insert, memory fill, and the "
+        "model-upgrade alias record) and nothing of Piper's.",
         "Paired rows alternate which path goes first; Piper's own noise dwarfs the overhead."])
     chars = [r["chars"] for r in rows]
     seconds = [r["Piper direct median_ms"] / 1e3 for r in rows]
     slope, intercept = statistics.linear_regression(chars, seconds)
-    ctx.shared["piper_seconds_per_char"] = (max(slope, 1e-4), max(intercept, 0.0))
+    slope, intercept = max(slope, 1e-4), max(intercept, 0.0)  # noise can tip the fit below 0
+    ctx.shared["piper_seconds_per_char"] = (slope, intercept)
     ctx.note(f"Piper model fitted here: {intercept * 1e3:.0f} ms + {slope * 1e3:.2f} ms per "
              "character (used by the hit-ratio benchmark for engine seconds saved)")
     mid = rows[1]
