@@ -141,3 +141,25 @@ def test_segment_mode_still_streams_a_miss_sentence_by_sentence(make_app, live) 
         assert r.headers["x-cache"] == "MISS"
         deltas = [line for line in r.iter_lines() if "speech.audio.delta" in line]
     assert len(deltas) == 3 and len(cached.engine.calls) == 1
+
+
+def test_segment_mode_stitching_stored_sentences_does_not_wait_for_a_render_slot(make_app,
+                                                                                 live) -> None:
+    app, cached = make_app(segments=True, render_concurrency=1, render_queue=0)
+    with live(app) as server, httpx.Client(base_url=server.url, timeout=30) as c:
+        for sentence in ("Alpha one.", "Beta two."):
+            assert c.post("/v1/audio/speech", json={"input": sentence}).status_code == 200
+        slow = threading.Thread(target=httpx.post, args=(f"{server.url}/v1/audio/speech",),
+                                kwargs={"json": {"input": "Slow.", "params": {"delay": 2}},
+                                        "timeout": 30})
+        slow.start()
+        deadline = time.monotonic() + 10
+        while app.state.server.admission.running == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        stitched = c.post("/v1/audio/speech", json={"input": "Alpha one. Beta two.",
+                                                    "response_format": "wav"})
+        slow.join()
+    assert stitched.status_code == 200, stitched.text
+    assert (stitched.headers["x-cache"], stitched.headers["x-cache-tier"]) == ("HIT", "segments")
+    assert len(cached.engine.calls) == 3

@@ -111,7 +111,7 @@ class Server:
             path = self._library_reason(resolved) if request is not None else None
             if path == "policy" or (path == "segments" and (
                     key in self._library_calls or not (stream or self.cached.flights.get(key)))):
-                return await self._library(request, key)  # type: ignore[arg-type]
+                return await self._library(request, key, resolved, path)  # type: ignore[arg-type]
             # A streamed miss in segment mode renders whole, sentence by sentence, under the
             # request key: the same samples (segment mode needs context-free sentences), heard
             # at once instead of after the last sentence; it just reuses no cached sentences.
@@ -163,8 +163,9 @@ class Server:
             return "policy"
         return "segments" if getattr(cached, "segments", False) else None
 
-    async def _library(self, request: SynthesisRequest, key: str) -> Take:
-        """A miss served by ``CachedEngine.synthesize`` (whole, not streamed), in a render slot.
+    async def _library(self, request: SynthesisRequest, key: str, resolved: ResolvedRequest,
+                       reason: str) -> Take:
+        """A miss served by ``CachedEngine.synthesize`` (whole, not streamed).
 
         Concurrent callers of one key share one call (``JOINED``): without it each would
         take a render slot just to wait on the library's per-segment flights.
@@ -172,10 +173,8 @@ class Server:
         pending = self._library_calls.get(key)
         joined = pending is not None
         if pending is None:
-            started = time.perf_counter()
-            future = self.admission.submit_render(self.cached.synthesize, request)
-            future.add_done_callback(lambda f: self._rendered(f.exception(), started))
-            pending = self._library_calls[key] = asyncio.wrap_future(future)
+            pending = asyncio.ensure_future(self._run_library(request, resolved, reason))
+            self._library_calls[key] = pending
             pending.add_done_callback(lambda _: self._library_calls.pop(key, None))
         else:
             self.cache.count("joins")
@@ -185,6 +184,26 @@ class Server:
             result.cache, result.cache.upper())
         return Take(result.key, status, result.tier, header.sample_rate, header.channels,
                     entry=result.entry)
+
+    async def _run_library(self, request: SynthesisRequest, resolved: ResolvedRequest,
+                           reason: str) -> Any:
+        """Stitching stored sentences is a hit, so it runs in the I/O pool, not a render slot."""
+        if reason == "segments" and await self.admission.read(self._segments_stored, resolved):
+            return await asyncio.wrap_future(self.admission.io.submit(self.cached.synthesize,
+                                                                      request))
+        started = time.perf_counter()
+        future = self.admission.submit_render(self.cached.synthesize, request)
+        future.add_done_callback(lambda f: self._rendered(f.exception(), started))
+        return await asyncio.wrap_future(future)
+
+    def _segments_stored(self, resolved: ResolvedRequest) -> bool:
+        """True when every sentence of a multi-sentence request is stored (no render needed)."""
+        from ..segments import plan
+
+        segments = plan(self.cached, resolved)
+        return segments is not None and all(
+            self.cache.memory.get(seg.key) is not None or self.cache.disk.path_of(seg.key).exists()
+            for seg in segments)
 
     def _lead(self, resolved: ResolvedRequest, key: str, flight: Flight) -> None:
         """Start the render in a slot; a refusal lands the flight so joiners see it too."""
