@@ -6,22 +6,20 @@ bitrate=…)`` and stored as an ``encoded`` entry (memory and disk). Encodings
 are the first victims of disk eviction (``tiers.lifecycle.ENCODED_FIRST``):
 losing one costs an encode, losing the PCM costs a render.
 
-The encoder itself is the service's (``voxcache.service.formats``: libsndfile,
-whatever this machine can write); this module only adds the caching around it,
-so there is one encoder in the code base. It is passed in, or imported lazily.
+The encoder is ``voxcache.formats`` (libsndfile: whatever this machine can
+write); this module only adds the caching around it.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .entry import Entry, blob_entry
+from .formats import Format, encode, lookup
 from .key import derived_key
 
 if TYPE_CHECKING:
-    from .audio import Audio
     from .cache import Cache
     from .cached import CachedEngine, Result
 
@@ -34,35 +32,28 @@ def encoded_key(audio_key: str, fmt: str, bitrate: int | None = None) -> str:
     return derived_key(audio_key, "encoded", format=fmt, bitrate=bitrate)
 
 
-def encoded(target: CachedEngine | Cache, result: Result | Entry, fmt: Any, *,
-            bitrate: int | None = None,
-            encoder: Callable[[Audio, Any], bytes] | None = None) -> bytes:
-    """Return ``result``'s take in ``fmt`` (a name or a service ``Format``), encoding once.
+def encoded(target: CachedEngine | Cache, result: Result | Entry, fmt: str | Format, *,
+            bitrate: int | None = None) -> bytes:
+    """Return ``result``'s take in ``fmt`` (a name or a ``Format``), encoding it once.
 
     ``target`` is the cache (or a cached engine); ``result`` a ``Result`` or a stored
     audio ``Entry``. wav and pcm are the stored bytes themselves.
     """
     cache: Cache = getattr(target, "cache", target)
     entry: Entry = getattr(result, "entry", result)
-    name = fmt if isinstance(fmt, str) else fmt.name
-    if name == "wav":
+    fmt = lookup(fmt) if isinstance(fmt, str) else fmt
+    if fmt.name == "wav":
         return entry.blob
-    if name == "pcm":
+    if fmt.name == "pcm":
         return bytes(entry.payload)
-    key = encoded_key(entry.header.key, name, bitrate)
+    key = encoded_key(entry.header.key, fmt.name, bitrate)
     found = cache.get(key, "encoded")
     if found is not None:
         cache.count("encoded_hits")
         return bytes(found[0].payload)
-    if encoder is None or isinstance(fmt, str):
-        from .service.formats import encode, lookup
-
-        encoder = encoder or encode
-        fmt = lookup(name) if isinstance(fmt, str) else fmt
-    data = encoder(entry.audio(), fmt)
-    media = getattr(fmt, "media_type", f"audio/{name}")
-    stored = blob_entry(key, "encoded", data, media, meta={
-        "parent": entry.header.key, "format": name, "bitrate": bitrate,
+    data = encode(entry.audio(), fmt)
+    stored = blob_entry(key, "encoded", data, fmt.media_type, meta={
+        "parent": entry.header.key, "format": fmt.name, "bitrate": bitrate,
         **{k: entry.header.meta.get(k) for k in ("tenant", "engine", "model", "voice", "text")}},
         ttl=None if entry.header.expires is None else max(
             1.0, entry.header.expires - time.time()))  # never outlives its PCM

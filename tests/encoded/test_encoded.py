@@ -11,8 +11,8 @@ from voxcache.cache import Cache, CacheConfig
 from voxcache.cached import CachedEngine
 from voxcache.encoded import encoded, encoded_key
 from voxcache.engines.tone import ToneEngine
+from voxcache.formats import FORMATS
 from voxcache.request import SynthesisRequest
-from voxcache.service.formats import FORMATS
 
 
 @pytest.mark.parametrize("fmt", [f for f in ("flac", "mp3", "opus") if f in FORMATS])

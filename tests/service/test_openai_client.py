@@ -100,3 +100,19 @@ def test_works_against_a_second_server_on_the_same_cache(make_app, live) -> None
             model="tts-1", voice="echo", input="Persisted.", response_format="wav")
     assert r.headers["x-cache"] == "HIT" and r.headers["x-cache-tier"] == "disk"
     assert cached2.engine.calls == []
+
+
+def test_encoded_delivery_is_stored_once_on_disk_beside_its_pcm(tone_server) -> None:
+    live, cached = tone_server
+    c = client(live.url)
+    first = c.audio.speech.create(model="tts-1", voice="alloy", input="Mind the gap.",
+                                  response_format="mp3").content
+    cached.cache.memory.clear()  # the second mp3 must come from the disk tier
+    second = c.audio.speech.create(model="tts-1", voice="alloy", input="Mind the gap.",
+                                   response_format="mp3").content
+    assert first == second
+    counts = cached.cache.session_counts()
+    assert counts.get("encoded_misses") == 1 and counts.get("encoded_hits") == 1
+    stored = {p.suffix for p in (cached.cache.root / "objects").rglob("*") if p.is_file()}
+    assert stored == {".wav", ".vxc"}  # the PCM take and its mp3 encoding
+    assert cached.engine.calls == ["Mind the gap."]

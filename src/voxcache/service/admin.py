@@ -9,8 +9,8 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 
+from ..formats import FORMATS
 from .errors import error_body
-from .formats import FORMATS
 from .guard import tenant_of
 from .serving import Server
 

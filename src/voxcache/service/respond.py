@@ -3,8 +3,9 @@
 Every audio response says how it was served (``X-Cache``, ``X-Cache-Tier``,
 ``X-Cache-Key``, ``ETag``). A whole body has its ``Content-Length``; a wav take
 is the stored file itself (no re-encode), other formats are encoded in the I/O
-pool and kept in the memory tier as ``encoded`` entries, so a repeated mp3 hit
-costs what a wav hit does. A streamed take waits for its first chunk before
+pool once and stored as ``encoded`` entries (``voxcache.encoded``: memory and
+disk, evicted before the PCM they derive from), so a repeated mp3 hit costs what
+a wav hit does. A streamed take waits for its first chunk before
 sending headers, so a failure before any audio still gets its proper 4xx/5xx.
 """
 
@@ -19,8 +20,10 @@ from fastapi import Response
 from fastapi.responses import StreamingResponse
 
 from ..audio import Audio
-from ..entry import Entry, blob_entry
-from .formats import Format, encode, media_type, wav_header
+from ..encoded import PASSTHROUGH, encoded_key
+from ..encoded import encoded as encode_cached
+from ..entry import Entry
+from ..formats import Format, encode, media_type, wav_header
 from .serving import Server, Take
 
 STREAMABLE = ("pcm", "wav")
@@ -45,19 +48,14 @@ async def whole(server: Server, take: Take, fmt: Format, started: float) -> Resp
 
 
 async def encoded(server: Server, entry: Entry, fmt: Format) -> bytes:
-    """The entry in ``fmt``: the stored bytes for wav, a memoised encoding otherwise."""
-    if fmt.name == "wav":
-        return entry.blob
-    if fmt.name == "pcm":
-        return bytes(entry.payload)
-    name = f"{entry.header.key}.{fmt.name}"
-    memo = server.cache.memory.get(name, "encoded")
-    if memo is not None:
-        return bytes(memo.payload)
-    data = await server.admission.read(encode, entry.audio(), fmt)
-    if entry.header.expires is None:
-        server.cache.memory.put(blob_entry(name, "encoded", data, fmt.media_type))
-    return data
+    """The entry in ``fmt``: the stored bytes for wav/pcm, else a cached ``encoded`` entry
+    (memory and disk; encoded in the I/O pool the first time)."""
+    if fmt.name in PASSTHROUGH:
+        return entry.blob if fmt.name == "wav" else bytes(entry.payload)
+    found = server.cache.memory.get(encoded_key(entry.header.key, fmt.name), "encoded")
+    if found is not None:
+        return bytes(found.payload)
+    return await server.admission.read(encode_cached, server.cache, entry, fmt)
 
 
 async def streamed(server: Server, take: Take, fmt: Format, started: float,

@@ -17,9 +17,9 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 
 from ..errors import InvalidParameter, UnsupportedFeature
+from ..formats import lookup
 from ..request import SynthesisRequest
 from .errors import VoiceClipDropped
-from .formats import lookup
 from .guard import tenant_of
 from .options import OPENAI_MODELS, OPENAI_VOICES
 from .respond import STREAMABLE, streamed, whole

@@ -78,7 +78,7 @@ async def serve(request: Request, core: SynthesisRequest, route: str) -> Served:
         headers = {"X-Cache": result.cache.upper(), "X-Cache-Tier": result.tier,
                    "X-Cache-Key": result.key, "ETag": f'"{result.key}"'}
         return Served(result.wav, result.audio, headers)
-    from ..formats import lookup
+    from ...formats import lookup
     from ..respond import cache_headers
     from ..serving import MODES
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..audio import Audio
-from ..errors import InvalidParameter
+from .audio import Audio
+from .errors import InvalidParameter
 
 OPUS_RATES = (48000, 24000, 16000, 12000, 8000)
 
