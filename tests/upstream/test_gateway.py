@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from voxcache import SynthesisRequest
@@ -96,3 +97,24 @@ def engine_request(engine):
     from voxcache.request import resolve
 
     return resolve(SynthesisRequest("Retry me."), engine)
+
+
+def test_openai_voice_names_reach_an_openai_upstream_unchanged(tmp_path) -> None:
+    """Through the service: "nova" is the upstream's own voice, not an alias of the default."""
+    from voxcache import Cache, CachedEngine
+    from voxcache.config import Settings
+    from voxcache.service import create_app
+    from voxcache.service.options import ServiceOptions
+
+    upstream = openai_app()
+    with serve_app(upstream) as url:
+        engine = load_upstream(f"openai={url}", voices=["alloy", "nova"], api_key="sk-test")
+        settings = Settings(cache_dir=tmp_path / "cache")
+        cached = CachedEngine(engine, Cache(settings.cache_dir))
+        with serve_app(create_app(settings, options=ServiceOptions(), cached=cached)) as gateway:
+            for voice in ("nova", "alloy"):
+                answer = httpx.post(f"{gateway}/v1/audio/speech", timeout=30, json={
+                    "model": "tts-1", "input": "Hello.", "voice": voice})
+                assert answer.status_code == 200, answer.text
+        cached.cache.close()
+    assert [call["voice"] for call in upstream.state.calls] == ["nova", "alloy"]

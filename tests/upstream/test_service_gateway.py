@@ -18,7 +18,6 @@ from voxcache import Cache, CachedEngine
 from voxcache.config import Settings
 from voxcache.service import create_app
 from voxcache.service.options import ServiceOptions
-from voxcache.service.routes import cosyvoice, gpt_sovits
 from voxcache.upstream import load_upstream
 
 from .servers import free_port, piper_http_server, serve_app, wait_until
@@ -31,9 +30,7 @@ def test_service_gateway_hits_skip_the_upstream_and_survive_it(tmp_path) -> None
     cache = Cache(settings.cache_dir, settings.cache_config())
     with piper_http_server(tmp_path) as upstream:
         cached = CachedEngine(load_upstream(f"piper-http={upstream.url}", retries=0), cache)
-        app = create_app(settings, options=ServiceOptions(), cached=cached)
-        app.include_router(gpt_sovits.router)
-        app.include_router(cosyvoice.router)
+        app = create_app(settings, options=ServiceOptions(), cached=cached)  # /tts etc. mounted
         with serve_app(app) as gateway:
             speech = {"model": "tts-1", "input": "Platform two.", "voice": "en_US-joe-medium",
                       "response_format": "wav"}
@@ -68,28 +65,32 @@ def test_service_gateway_hits_skip_the_upstream_and_survive_it(tmp_path) -> None
     assert tts_miss.status_code == 502 and "unreachable" in tts_miss.json()["message"]
 
 
-def test_voxcache_serve_runs_as_a_gateway_from_the_environment(tmp_path) -> None:
-    """``voxcache serve`` as a real process, pointed at the upstream by VOXCACHE_UPSTREAM."""
+def test_voxcache_serve_upstream_flag_with_two_workers(tmp_path) -> None:
+    """``voxcache serve --upstream KIND=URL --workers 2`` as a real process: the flag reaches
+    every worker (they would otherwise quietly render with embedded Piper)."""
     with piper_http_server(tmp_path) as upstream:
         port = free_port()
-        env = {**os.environ, "VOXCACHE_UPSTREAM": f"piper-http={upstream.url}",
-               "VOXCACHE_UPSTREAM_REVISION": "joe-test", "VOXCACHE_DIR": str(tmp_path / "c")}
+        env = {**os.environ, "VOXCACHE_DIR": str(tmp_path / "c")}
+        env.pop("VOXCACHE_UPSTREAM", None)
         log = (tmp_path / "serve.log").open("wb")
-        process = subprocess.Popen([sys.executable, "-m", "voxcache.cli", "serve", "--port",
-                                    str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "voxcache", "serve", "--port", str(port), "--workers", "2",
+             "--upstream", f"piper-http={upstream.url}", "--upstream-revision", "joe-test"],
+            env=env, stdout=log, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
         try:
             def up() -> bool:
                 assert process.poll() is None, (tmp_path / "serve.log").read_text()
                 try:
-                    return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+                    return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
                 except httpx.HTTPError:
                     return False
 
             wait_until(up, what="voxcache serve")
             speech = {"model": "piper-http", "input": "Gate closing.", "response_format": "wav"}
             answers = [httpx.post(f"{url}/v1/audio/speech", json=speech, timeout=60)
-                       for _ in range(2)]
+                       for _ in range(4)]
+            engines = {httpx.get(f"{url}/v1/engine", timeout=5).json()["id"] for _ in range(6)}
             upstream.wait_for_syntheses(1)
         finally:
             process.terminate()
@@ -97,4 +98,7 @@ def test_voxcache_serve_runs_as_a_gateway_from_the_environment(tmp_path) -> None
             log.close()
     started = (tmp_path / "serve.log").read_text()
     assert "serving piper-http (piper-http|" in started and "rev=joe-test" in started
-    assert [a.headers["X-Cache"] for a in answers] == ["MISS", "HIT"]
+    assert [a.headers["X-Cache"] for a in answers][0] == "MISS"
+    assert all(a.headers["X-Cache"] == "HIT" for a in answers[1:])
+    assert engines == {"piper-http"}
+    assert upstream.syntheses() == 1

@@ -12,9 +12,9 @@ from ..errors import InvalidParameter
 from ..request import SynthesisRequest
 
 
-def settings_from(args: argparse.Namespace) -> Settings:
-    """Settings with the global command-line options applied."""
-    return load_settings(args.config, cache_dir=args.cache_dir, engine=args.engine)
+def settings_from(args: argparse.Namespace, **overrides: Any) -> Settings:
+    """Settings with the global command-line options (and a command's own) applied."""
+    return load_settings(args.config, cache_dir=args.cache_dir, engine=args.engine, **overrides)
 
 
 def add_request_options(parser: argparse.ArgumentParser) -> None:

@@ -31,6 +31,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--workers", type=int, default=1, help="worker processes sharing the cache")
     p.add_argument("--allow-public", action="store_true",
                    help="bind a non-loopback address even without API keys")
+    p.add_argument("--upstream", metavar="KIND=URL",
+                   help="caching gateway: render misses on a running TTS server; KIND is "
+                        "gpt-sovits, cosyvoice, openai or piper-http")
+    p.add_argument("--upstream-revision", metavar="LABEL",
+                   help="label of the model behind --upstream; change it when that model changes")
     p.add_argument("--graceful-timeout", type=float, default=30.0,
                    help="seconds to let in-flight requests finish on shutdown")
     p.set_defaults(handler=serve)
@@ -44,7 +49,8 @@ def serve(args: argparse.Namespace) -> int:
     from ..service.app import create_app
     from ..service.options import service_options
 
-    settings = settings_from(args)
+    settings = settings_from(args, upstream=args.upstream,
+                             upstream_revision=args.upstream_revision)
     options = service_options(settings, allow_public=args.allow_public or None)
     if not options.api_keys and not options.allow_public and not _is_loopback(args.host):
         raise InvalidParameter(
@@ -79,6 +85,11 @@ def _export(args: argparse.Namespace, settings: object) -> None:
     """Hand the command-line settings to worker processes through the environment."""
     os.environ["VOXCACHE_DIR"] = str(settings.cache_dir)  # type: ignore[attr-defined]
     os.environ["VOXCACHE_ENGINE"] = settings.engine  # type: ignore[attr-defined]
+    for name in ("upstream", "upstream_revision", "upstream_timeout", "upstream_options"):
+        value = getattr(settings, name)
+        if value:
+            os.environ[f"VOXCACHE_{name.upper()}"] = (
+                json.dumps(value) if isinstance(value, dict) else str(value))
     if args.config:
         os.environ["VOXCACHE_CONFIG"] = os.path.abspath(args.config)
     sys.stdout.flush()

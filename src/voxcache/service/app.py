@@ -23,6 +23,7 @@ from .admission import Admission
 from .guard import BodyLimit
 from .metrics import Metrics
 from .options import ServiceOptions, service_options
+from .routes import cosyvoice, gpt_sovits
 from .serving import Server
 from .voices import VoiceStore
 
@@ -54,7 +55,7 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
     app.state.server = server
     app.state.voices = VoiceStore(settings.cache_dir / "voices", options.max_upload_seconds)
     errors.install(app)
-    for module in (speech, stored, voice_routes, admin):
+    for module in (speech, stored, voice_routes, admin, gpt_sovits, cosyvoice):
         app.include_router(module.router)
     app.add_middleware(BodyLimit, options=options)
     return app

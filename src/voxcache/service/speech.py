@@ -143,6 +143,8 @@ def _voice_fields(request: Request, tenant: str, name: str | None) -> dict[str, 
     aliases: dict[str, str] = state.options.voice_aliases
     if name in aliases:
         return {"voice": aliases[name]}
+    if name in engine.voices:  # an engine's own voice wins (an OpenAI upstream has "nova")
+        return {"voice": name}
     if name in OPENAI_VOICES:
         return {"voice": engine.default_voice}
     return {"voice": name}
