@@ -163,7 +163,9 @@ class CachedEngine:
             return Result(entry, key, "hit", "memory", time.perf_counter() - started)
         flight = self.flights.get(key)
         if flight is not None:
-            shared = await asyncio.wait_for(asyncio.wrap_future(flight.future), self.lock_wait)
+            # shield: a waiter that times out must not cancel the render others share
+            shared = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(flight.future)),
+                                            self.lock_wait)
             self.cache.count("joins")
             return replace(shared, cache="joined", seconds=time.perf_counter() - started)
         return await asyncio.to_thread(self._lookup_then_miss, resolved, key, started)

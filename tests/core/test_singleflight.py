@@ -140,3 +140,26 @@ def test_followers_stream_what_exists_then_live():
     group.land("k", flight)
     t.join(5)
     assert got == [chunk, chunk]
+
+
+def test_an_async_waiter_timing_out_does_not_cancel_the_shared_render(cached_tone, tone):
+    import asyncio
+
+    cached_tone.lock_wait = 0.2
+    request = R("A slow render.", params={"delay": 0.6})
+    leader = threading.Thread(target=lambda: results.append(cached_tone.synthesize(request)))
+    results = []
+    leader.start()
+    while not cached_tone.flights.get(cached_tone.resolve_and_key(request)[1]):
+        time.sleep(0.01)
+
+    async def impatient():
+        try:
+            await cached_tone.asynthesize(request)
+        except TimeoutError:
+            return "timed out"
+
+    assert asyncio.run(impatient()) == "timed out"
+    leader.join(10)
+    assert results and results[0].cache == "miss"  # the leader's render was not cancelled
+    assert len(tone.calls) == 1

@@ -33,9 +33,13 @@ STREAMABLE = ("pcm", "wav")
 def cache_headers(take: Take, fmt: Format) -> dict[str, str]:
     """The headers that say how a take was served."""
     etag = take.key if fmt.name == "wav" else f"{take.key}.{fmt.name}"
-    return {"X-Cache": take.cache, "X-Cache-Tier": take.tier, "X-Cache-Key": take.key,
-            "ETag": f'"{etag}"', "Cache-Control": "no-cache" if take.cache == "BYPASS"
-            else "private, max-age=0"}
+    headers = {"X-Cache": take.cache, "X-Cache-Tier": take.tier, "X-Cache-Key": take.key,
+               "ETag": f'"{etag}"', "Cache-Control": "no-cache" if take.cache == "BYPASS"
+               else "private, max-age=0"}
+    if take.segments is not None:
+        headers["X-Cache-Segments-Hit"], headers["X-Cache-Segments-Rendered"] = map(
+            str, take.segments)
+    return headers
 
 
 async def whole(server: Server, take: Take, fmt: Format, started: float) -> Response:

@@ -39,16 +39,29 @@ class Take:
 
     key: str
     cache: str
-    """HIT, MISS, JOINED or BYPASS (the X-Cache header)."""
+    """HIT, MISS, JOINED, PARTIAL, STALE or BYPASS (the X-Cache header)."""
     tier: str
     sample_rate: int
     channels: int
     entry: Entry | None = None
     flight: Flight | None = None
     """Set for a streamed miss or join: chunks are read from it as they arrive."""
+    segments: tuple[int, int] | None = None
+    """Segment mode: (sentences from the cache, sentences rendered) for this request."""
+    sentences: AsyncIterator[Audio] | None = None
+    """Set for a streamed segment-mode request: its sentences in order, as each exists."""
+
+    @property
+    def streaming(self) -> bool:
+        """True when the audio arrives over time (a render in flight or sentence by sentence)."""
+        return self.flight is not None or self.sentences is not None
 
     async def chunks(self, timeout: float) -> AsyncIterator[Audio]:
         """Yield the take's audio: stored at once, or a flight's chunks as they are rendered."""
+        if self.sentences is not None:
+            async for sentence in self.sentences:
+                yield sentence
+            return
         if self.flight is None:
             assert self.entry is not None
             yield self.entry.audio()
@@ -109,12 +122,15 @@ class Server:
                     usage.asked(resolved, key, hit=True)
                 return found
             path = self._library_reason(resolved) if request is not None else None
+            if path == "segments" and stream:
+                take = await self._stream_segments(resolved, key)
+                if take is not None:
+                    return take
             if path == "policy" or (path == "segments" and (
                     key in self._library_calls or not (stream or self.cached.flights.get(key)))):
                 return await self._library(request, key, resolved, path)  # type: ignore[arg-type]
-            # A streamed miss in segment mode renders whole, sentence by sentence, under the
-            # request key: the same samples (segment mode needs context-free sentences), heard
-            # at once instead of after the last sentence; it just reuses no cached sentences.
+            # Left here: no segment mode, a request that stays whole (one sentence, or a split
+            # that cannot be verified), or a streamed join of a whole render in flight.
             if usage is not None:
                 usage.asked(resolved, key, hit=False)
         flight, leader = self.cached.flights.join_or_lead(key)
@@ -180,10 +196,11 @@ class Server:
             self.cache.count("joins")
         result = await asyncio.wait_for(asyncio.shield(pending), self.timeout)
         header = result.entry.header
-        status = "JOINED" if joined else {"miss": "MISS", "partial": "MISS"}.get(
-            result.cache, result.cache.upper())
+        status = "JOINED" if joined else result.cache.upper()  # MISS, PARTIAL, STALE, HIT…
+        split = result.segments_hit + result.segments_rendered
         return Take(result.key, status, result.tier, header.sample_rate, header.channels,
-                    entry=result.entry)
+                    entry=result.entry,
+                    segments=(result.segments_hit, result.segments_rendered) if split else None)
 
     async def _run_library(self, request: SynthesisRequest, resolved: ResolvedRequest,
                            reason: str) -> Any:
@@ -195,6 +212,64 @@ class Server:
         future = self.admission.submit_render(self.cached.synthesize, request)
         future.add_done_callback(lambda f: self._rendered(f.exception(), started))
         return await asyncio.wrap_future(future)
+
+    async def _stream_segments(self, resolved: ResolvedRequest, key: str) -> Take | None:
+        """Stream a segment-mode miss: stored sentences at once, the rest as they render.
+
+        The stored ones are read in the I/O pool before anything waits for a render slot,
+        so a request whose first sentence is cached starts playing at hit speed. The
+        missing ones render in an admission slot (``segments.serve``, which also stores the
+        whole take under the request key); each sentence reaches the listener as it lands.
+        """
+        from ..segments import plan, serve
+
+        segments = await self.admission.read(plan, self.cached, resolved)
+        if segments is None:
+            return None
+        stored = await self.admission.read(self._stored_sentences, segments)
+        hits = sum(1 for seg in segments if seg.key in stored)
+        loop = asyncio.get_running_loop()
+        arrivals: asyncio.Queue[Any] = asyncio.Queue()
+
+        def notify(segment_key: str, audio: Audio) -> None:
+            loop.call_soon_threadsafe(arrivals.put_nowait, (segment_key, audio))
+
+        started = time.perf_counter()
+        if hits == len(segments):  # stitching stored sentences is a hit: the I/O pool
+            done = self.admission.io.submit(serve, self.cached, resolved, key, started, segments)
+        else:
+            done = self.admission.submit_render(serve, self.cached, resolved, key, started,
+                                                segments, notify)
+            done.add_done_callback(lambda f: self._rendered(f.exception(), started))
+        done.add_done_callback(lambda f: loop.call_soon_threadsafe(arrivals.put_nowait, f))
+
+        async def in_order() -> AsyncIterator[Audio]:
+            have, finished = dict(stored), False
+            for seg in segments:
+                while seg.key not in have:
+                    if finished:
+                        raise EngineError(f"sentence {seg.index} was never produced")
+                    item = await asyncio.wait_for(arrivals.get(), self.timeout)
+                    if isinstance(item, tuple):
+                        have[item[0]] = item[1]
+                    else:
+                        finished = True
+                        item.result()  # re-raise a failed render
+                yield have[seg.key]
+
+        status = "HIT" if hits == len(segments) else "PARTIAL" if hits else "MISS"
+        return Take(key, status, "segments" if status == "HIT" else "engine",
+                    self.cached.engine.sample_rate, 1, segments=(hits, len(segments) - hits),
+                    sentences=in_order())
+
+    def _stored_sentences(self, segments: list[Any]) -> dict[str, Audio]:
+        """The sentences of a request that some tier already holds."""
+        found = {}
+        for seg in segments:
+            hit = self.cache.get(seg.key)
+            if hit is not None:
+                found[seg.key] = hit[0].audio()
+        return found
 
     def _segments_stored(self, resolved: ResolvedRequest) -> bool:
         """True when every sentence of a multi-sentence request is stored (no render needed)."""

@@ -98,7 +98,7 @@ async def _serve(request: Request, route: str, core: SynthesisRequest, format_na
                 "already stored can be served; upload the clip again to render new text")
     else:
         take = await server.take(resolved, key, mode, stream=stream, request=core)
-    if sse or take.flight is not None:  # a stored take goes whole, with Content-Length
+    if sse or take.streaming:  # a stored take goes whole, with Content-Length
         response = await streamed(server, take, fmt, started, sse)
     else:
         response = await whole(server, take, fmt, started)
