@@ -162,6 +162,9 @@ def test_tenant_cannot_read_list_probe_or_delete_anothers(tenants: TestClient) -
     assert [e["key"] for e in tenants.get("/v1/entries", headers=a).json()["entries"]] == [key]
     assert tenants.get("/v1/entries", headers=b).json()["entries"] == []
     assert_error(tenants.delete(f"/v1/entries/{key}", headers=b), 404, "no entry")
+    assert_error(tenants.put(f"/v1/entries/{key}/pin", headers=b), 404, "no entry")
+    assert_error(tenants.delete(f"/v1/entries/{key}/pin", headers=b), 404, "no entry")
+    assert tenants.put(f"/v1/entries/{key}/pin", headers=a).status_code == 204
     # The same text for B is B's own take under another key, never A's.
     rb = tenants.post("/v1/audio/speech", json={"input": "Secret.", "response_format": "wav"},
                       headers=b)

@@ -1,9 +1,11 @@
 """``voxcache warm FILE``: pre-render the phrases a deployment repeats all day.
 
 It works on the cache folder directly (the same files a running server reads,
-so a server sees the takes at once), skips phrases already stored, renders the
-rest one by one, and reports each failure with its reason instead of stopping:
-one phrase in a language the engine does not speak must not cost the others.
+so a server sees the takes at once), or with ``--server URL`` through a running
+service, where its renders queue behind every listener's (``X-Voxcache-Priority:
+background``). Either way it skips phrases already stored, renders the rest one
+by one, and reports each failure with its reason instead of stopping: one
+phrase in a language the engine does not speak must not cost the others.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--from-top-misses", type=int, metavar="N", help="instead of a file: the N "
                    "most-missed requests and sentences recorded in this cache's usage table")
     p.add_argument("--pin", action="store_true", help="pin every phrase (never evicted)")
+    p.add_argument("--server", metavar="URL", help="warm a running voxcache service (renders at "
+                   "background priority) instead of the cache folder")
+    p.add_argument("--api-key", help="API key for --server, when the service requires one")
     p.add_argument("--json", action="store_true", help="print one JSON summary")
     p.set_defaults(handler=warm)
 
@@ -75,16 +80,24 @@ def warm(args: argparse.Namespace) -> int:
         phrases = load_phrases(args.file)
     else:
         raise InvalidParameter("name a phrases FILE or use --from-top-misses N")
-    cached = open_cached_engine(settings_from(args))
     summary: dict[str, Any] = {"rendered": 0, "cached": 0, "pinned": 0, "failed": []}
+    if args.server:
+        from .warm_remote import RemoteWarmer
+
+        warmer: Any = RemoteWarmer(args.server, args.api_key)
+    else:
+        warmer = open_cached_engine(settings_from(args))
     try:
         with Progress(transient=args.json) as progress:
             task = progress.add_task("warming", total=len(phrases))
             for phrase in phrases:
-                _warm_one(cached, phrase, args.pin, summary)
+                if args.server:
+                    warmer.warm(phrase, args.pin, summary)
+                else:
+                    _warm_one(warmer, phrase, args.pin, summary)
                 progress.advance(task)
     finally:
-        cached.cache.close()
+        warmer.close() if args.server else warmer.cache.close()
     if args.json:
         print_json(summary)
     else:

@@ -7,19 +7,28 @@ they never do: memory hits are answered on the event loop, disk reads run in
 threads. A render that would make more than ``concurrency + queue`` renders
 outstanding is refused at once with ``Overloaded`` (503 + Retry-After) — a fast
 no beats an unbounded wait.
+
+Queued renders start in priority order: ``INTERACTIVE`` before ``BACKGROUND``
+(warm-up jobs, pre-rendering), so a warm list of a thousand phrases never makes
+a listener wait behind it for more than the renders already running.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from queue import PriorityQueue
 from typing import Any, TypeVar
 
 from ..errors import Overloaded
 
 T = TypeVar("T")
+INTERACTIVE, BACKGROUND = 0, 1
+PRIORITIES = {"interactive": INTERACTIVE, "background": BACKGROUND}
+_STOP = (2, 0, None)
 
 
 class Admission:
@@ -28,7 +37,12 @@ class Admission:
     def __init__(self, concurrency: int, queue: int, io_threads: int) -> None:
         self.concurrency = max(1, concurrency)
         self.queue = max(0, queue)
-        self.renders = ThreadPoolExecutor(self.concurrency, thread_name_prefix="voxcache-render")
+        self._jobs: PriorityQueue[tuple[int, int, Any]] = PriorityQueue()
+        self._order = itertools.count()  # FIFO within one priority
+        self._workers = [threading.Thread(target=self._work, name=f"voxcache-render-{i}",
+                                          daemon=True) for i in range(self.concurrency)]
+        for worker in self._workers:
+            worker.start()
         self.io = ThreadPoolExecutor(max(1, io_threads), thread_name_prefix="voxcache-io")
         self._lock = threading.Lock()
         self._outstanding = 0
@@ -46,7 +60,8 @@ class Admission:
         """Renders holding a slot now."""
         return self._running
 
-    def submit_render(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+    def submit_render(self, fn: Callable[..., T], *args: Any,
+                      priority: int = INTERACTIVE) -> Future[T]:
         """Start ``fn`` in a render slot, or raise ``Overloaded`` when slots and queue are full."""
         with self._lock:
             if self._outstanding >= self.concurrency + self.queue:
@@ -56,17 +71,33 @@ class Admission:
                     f"{self.concurrency} running + {self.queue} queued); retry later",
                     retry_after=max(1.0, wait))
             self._outstanding += 1
-        return self.renders.submit(self._run, fn, *args)
+        future: Future[T] = Future()
+        self._jobs.put((priority, next(self._order), (future, fn, args)))
+        return future
 
-    def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        with self._lock:
-            self._running += 1
-        try:
-            return fn(*args)
-        finally:
+    def _work(self) -> None:
+        while True:
+            _priority, _order, job = self._jobs.get()
+            if job is None:
+                return
+            future, fn, args = job
+            if not future.set_running_or_notify_cancel():
+                self._finished()
+                continue
             with self._lock:
-                self._running -= 1
-                self._outstanding -= 1
+                self._running += 1
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # handed to whoever waits on the future
+                future.set_exception(exc)
+            finally:
+                with self._lock:
+                    self._running -= 1
+                self._finished()
+
+    def _finished(self) -> None:
+        with self._lock:
+            self._outstanding -= 1
 
     def record_render(self, seconds: float) -> None:
         """Fold one render's time into the Retry-After estimate."""
@@ -78,5 +109,8 @@ class Admission:
 
     def shutdown(self) -> None:
         """Let in-flight renders finish and their takes be written, then stop the threads."""
-        self.renders.shutdown(wait=True)
+        for _ in self._workers:
+            self._jobs.put(_STOP)  # sorts after every job still queued
+        for worker in self._workers:
+            worker.join()
         self.io.shutdown(wait=True)

@@ -1,4 +1,4 @@
-"""Who is asking, and how much they may send: API key → tenant, and body-size limits.
+"""Who is asking, how much they may send, and how urgently: tenant, body limits, priority.
 
 With no keys configured every request is tenant ``default`` (the server then
 binds to localhost only unless told otherwise — see ``cli/serve``). With keys,
@@ -16,8 +16,11 @@ import json
 from fastapi import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..errors import InvalidParameter
+from .admission import PRIORITIES
 from .errors import PayloadTooLarge, Unauthorized, error_body
 from .options import ServiceOptions
+from .serving import RENDER_PRIORITY
 
 DEFAULT_TENANT = "default"
 UPLOAD_PATHS = ("/v1/voices",)
@@ -83,3 +86,16 @@ async def _refuse(send: Send, limit: int) -> None:
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
+
+
+async def render_priority(request: Request) -> None:
+    """FastAPI dependency: ``X-Voxcache-Priority: background`` queues this request's renders
+    behind every interactive one (``voxcache warm --server`` sends it). Async on purpose:
+    the context variable it sets must live in the endpoint's own task."""
+    if getattr(request.app.state, "server", None) is None:
+        return  # routers mounted on a library user's app: no admission control to order
+    name = request.headers.get("x-voxcache-priority", "interactive").strip().lower()
+    if name not in PRIORITIES:
+        raise InvalidParameter(f"X-Voxcache-Priority must be one of {', '.join(PRIORITIES)}, "
+                               f"got {name!r}")
+    RENDER_PRIORITY.set(PRIORITIES[name])

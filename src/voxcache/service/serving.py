@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ..audio import Audio
 from ..cached import CachedEngine
@@ -22,9 +24,10 @@ from ..entry import Entry, audio_entry
 from ..errors import EngineError, VoxcacheError
 from ..request import ResolvedRequest, SynthesisRequest
 from ..singleflight import Flight
-from .admission import Admission
+from .admission import INTERACTIVE, Admission
 from .metrics import Metrics
 
+T = TypeVar("T")
 FOLLOW_POLL = 0.005
 """Seconds between checks of a flight for new chunks (bounds added time-to-first-audio)."""
 
@@ -85,6 +88,10 @@ class Take:
             if time.monotonic() > deadline:
                 raise TimeoutError("render did not finish in time")
             await asyncio.sleep(FOLLOW_POLL)
+
+
+RENDER_PRIORITY: ContextVar[int] = ContextVar("voxcache_render_priority", default=INTERACTIVE)
+"""The priority of the renders this request starts (``guard.render_priority`` sets it)."""
 
 
 class Server:
@@ -209,7 +216,7 @@ class Server:
             return await asyncio.wrap_future(self.admission.io.submit(self.cached.synthesize,
                                                                       request))
         started = time.perf_counter()
-        future = self.admission.submit_render(self.cached.synthesize, request)
+        future = self._submit(self.cached.synthesize, request)
         future.add_done_callback(lambda f: self._rendered(f.exception(), started))
         return await asyncio.wrap_future(future)
 
@@ -238,7 +245,7 @@ class Server:
         if hits == len(segments):  # stitching stored sentences is a hit: the I/O pool
             done = self.admission.io.submit(serve, self.cached, resolved, key, started, segments)
         else:
-            done = self.admission.submit_render(serve, self.cached, resolved, key, started,
+            done = self._submit(serve, self.cached, resolved, key, started,
                                                 segments, notify)
             done.add_done_callback(lambda f: self._rendered(f.exception(), started))
         done.add_done_callback(lambda f: loop.call_soon_threadsafe(arrivals.put_nowait, f))
@@ -284,13 +291,17 @@ class Server:
         """Start the render in a slot; a refusal lands the flight so joiners see it too."""
         started = time.perf_counter()
         try:
-            future = self.admission.submit_render(self.cached.lead_flight, resolved, key,
+            future = self._submit(self.cached.lead_flight, resolved, key,
                                                   flight, started)
         except VoxcacheError as exc:
             flight.future.set_exception(exc)
             self.cached.flights.land(key, flight)
             raise
         future.add_done_callback(lambda f: self._rendered(f.exception(), started))
+
+    def _submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        """Queue a render at this request's priority (warm-up jobs go last)."""
+        return self.admission.submit_render(fn, *args, priority=RENDER_PRIORITY.get())
 
     def _rendered(self, failure: BaseException | None, started: float) -> None:
         seconds = time.perf_counter() - started
@@ -311,6 +322,6 @@ class Server:
             return audio_entry(key, Audio.join(chunks), meta={"tenant": resolved.tenant})
 
         started = time.perf_counter()
-        future = self.admission.submit_render(render)
+        future = self._submit(render)
         future.add_done_callback(lambda f: self._rendered(f.exception(), started))
         return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), self.timeout)

@@ -20,14 +20,14 @@ from ..errors import InvalidParameter, UnsupportedFeature
 from ..formats import lookup
 from ..request import SynthesisRequest
 from .errors import VoiceClipDropped
-from .guard import tenant_of
+from .guard import render_priority, tenant_of
 from .options import OPENAI_MODELS, OPENAI_VOICES
 from .respond import STREAMABLE, streamed, whole
 from .schemas import SpeechRequest, SynthesizeRequest
 from .serving import MODES, Server
 from .voices import VOICE_ID
 
-router = APIRouter()
+router = APIRouter(dependencies=[Depends(render_priority)])
 
 AUDIO_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"content": {"audio/wav": {}, "audio/mpeg": {}, "audio/flac": {}, "audio/pcm": {},

@@ -14,6 +14,7 @@ Another tenant's key is answered exactly like a key that does not exist (404).
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -80,10 +81,35 @@ async def list_entries(request: Request, limit: int = Query(50, ge=1, le=1000),
 @router.delete("/v1/entries/{key}", status_code=204, tags=["entries"])
 async def delete_entry(key: str, request: Request, tenant: str = Depends(tenant_of)) -> Response:
     """Delete one of this tenant's takes from every tier."""
+    server: Server = await _owned(request, key, tenant)
+    await server.admission.read(server.cache.delete, key)
+    return Response(status_code=204)
+
+
+@router.put("/v1/entries/{key}/pin", status_code=204, tags=["entries"])
+async def pin_entry(key: str, request: Request, tenant: str = Depends(tenant_of),
+                    ttl: float | None = Query(None, gt=0, description="pinned this long only")
+                    ) -> Response:
+    """Pin one of this tenant's takes: never evicted (for ``ttl`` seconds, when given)."""
+    server = await _owned(request, key, tenant)
+    until = None if ttl is None else time.time() + ttl
+    await server.admission.read(server.cache.pin, key, True, until)
+    return Response(status_code=204)
+
+
+@router.delete("/v1/entries/{key}/pin", status_code=204, tags=["entries"])
+async def unpin_entry(key: str, request: Request, tenant: str = Depends(tenant_of)) -> Response:
+    """Let one of this tenant's takes be evicted again."""
+    server = await _owned(request, key, tenant)
+    await server.admission.read(server.cache.pin, key, False)
+    return Response(status_code=204)
+
+
+async def _owned(request: Request, key: str, tenant: str) -> Server:
+    """The server, once ``key`` is known to be one of ``tenant``'s stored takes (else 404)."""
     server: Server = request.app.state.server
     rows = await server.admission.read(server.cache.disk.index.rows, "key = ?", [key]) \
         if KEY.fullmatch(key) else []
     if not rows or rows[0].tenant != tenant:
         raise NotFound(f"no entry {key!r}")
-    await server.admission.read(server.cache.delete, key)
-    return Response(status_code=204)
+    return server

@@ -19,9 +19,10 @@ from fastapi.responses import StreamingResponse
 from ...errors import InvalidParameter, VoxcacheError
 from ...request import SynthesisRequest
 from ...upstream import cosyvoice_api as api
+from ..guard import render_priority
 from .compat import error_json, serve, tenant_of
 
-router = APIRouter(tags=["cosyvoice"])
+router = APIRouter(tags=["cosyvoice"], dependencies=[Depends(render_priority)])
 MAX_PROMPT_BYTES = 32 * 2**20
 STREAM_CHUNK = 64 * 1024
 

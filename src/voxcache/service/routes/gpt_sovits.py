@@ -24,9 +24,10 @@ from ...audio import Audio
 from ...errors import InvalidParameter, UnsupportedFeature, VoxcacheError
 from ...upstream.gpt_sovits import PARAMS
 from ...upstream.gpt_sovits_api import FIELDS, tts_call
+from ..guard import render_priority
 from .compat import engine_of, error_json, serve, tenant_of
 
-router = APIRouter(tags=["gpt-sovits"])
+router = APIRouter(tags=["gpt-sovits"], dependencies=[Depends(render_priority)])
 STREAM_CHUNK = 64 * 1024
 _JSON_TYPES = {"int": "integer", "float": "number", "bool": "boolean", "str": "string"}
 
