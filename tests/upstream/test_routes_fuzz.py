@@ -1,4 +1,4 @@
-"""A schemathesis pass over the protocol routes of the service app (create_app mounts them): no 5xx."""
+"""A schemathesis pass over the protocol routes that create_app mounts: no 5xx."""
 
 from __future__ import annotations
 
