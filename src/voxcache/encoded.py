@@ -3,7 +3,7 @@
 The PCM take is stored once; a delivery format is a pure function of it, so
 an encoding is keyed by ``derived_key(audio_key, "encoded", format=…,
 bitrate=…)`` and stored as an ``encoded`` entry (memory and disk). Encodings
-are the first victims of disk eviction (``tiers.lifecycle.ENCODED_FIRST``):
+are the first victims of disk eviction (``tiers.lifecycle.VICTIMS``):
 losing one costs an encode, losing the PCM costs a render.
 
 The encoder is ``voxcache.formats`` (libsndfile: whatever this machine can

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ CREATE TABLE IF NOT EXISTS entries (
     text TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS entries_by_score ON entries(pinned, score);
+CREATE INDEX IF NOT EXISTS entries_by_kind_score ON entries(pinned, kind, score);
 CREATE INDEX IF NOT EXISTS entries_by_expiry ON entries(expires) WHERE expires IS NOT NULL;
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO counters VALUES ('disk_bytes', 0), ('disk_entries', 0);
@@ -93,17 +95,35 @@ class Index:
         self._uri = uri
         self._local = threading.local()
         self._keepalive: sqlite3.Connection | None = None
-        self._connect().executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")
+        self._first_open()
+
+    def _first_open(self, attempts: int = 100) -> None:
+        """Create the schema, retrying while another process does the same.
+
+        Switching a fresh file to WAL takes an exclusive lock and SQLite does not wait
+        for it (its busy handler is not consulted), so processes opening one new folder
+        at the same instant can see "database is locked" here; seen with 4 workers
+        starting together. Every step is idempotent, so trying again is safe.
+        """
+        for attempt in range(attempts):
+            try:
+                self._connect().executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == attempts - 1:
+                    raise
+                self.close()
+                time.sleep(0.02 + 0.002 * attempt)
 
     def _connect(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
         if db is None:
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None,
                                  check_same_thread=False, uri=self._uri)
+            self._local.db = db
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.create_function("vx_score", 2, score, deterministic=True)
-            self._local.db = db
         return db
 
     @contextmanager

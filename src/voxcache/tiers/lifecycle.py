@@ -17,13 +17,22 @@ from pathlib import Path
 
 from ..entry import CorruptEntry, decode
 from .index import Index, IndexRow
-from .layout import STALE_TEMP_SECONDS, TEMP_PREFIX, entry_path, kind_of_file, read_pin
+from .layout import (
+    STALE_TEMP_SECONDS,
+    TEMP_PREFIX,
+    entry_path,
+    kind_of_file,
+    read_pin,
+    write_pin,
+)
 
 log = logging.getLogger("voxcache.lifecycle")
 
 BATCH = 256
-ENCODED_FIRST = "kind = 'encoded' DESC, score"
-"""Victim order: delivery encodings (re-derivable from their PCM) go before any PCM."""
+VICTIMS = ("pinned = 0 AND kind = 'encoded'", "pinned = 0")
+"""Where victims come from, in order: delivery encodings (re-derivable from their PCM)
+before anything else; each by score. Both conditions are served by an index, so a
+batch costs a few index steps, not a sort of the whole table."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +49,7 @@ def enforce(root: Path, index: Index, limits: Limits, now: float | None = None) 
     """Drop expired entries, then evict by score until under the caps; return counts by reason."""
     now = time.time() if now is None else now
     evicted = {"expired": 0, "size": 0, "count": 0}
+    _unpin_lapsed(root, index, now)
     expired = index.rows("expires IS NOT NULL AND expires <= ?", (now,), order="expires")
     evicted["expired"] = _drop(root, index, expired)
     total_bytes, total_entries = index.totals()
@@ -62,8 +72,8 @@ def _evict_down(root: Path, index: Index, now: float, reason: str, target: int) 
         current = total_bytes if reason == "size" else total_entries
         if current <= target:
             return dropped
-        victims = index.rows("pinned = 0 OR (pin_until IS NOT NULL AND pin_until <= ?)",
-                             (now,), order=ENCODED_FIRST, limit=BATCH)
+        victims = next((rows for rows in (index.rows(where, order="score", limit=BATCH)
+                                          for where in VICTIMS) if rows), [])
         if not victims:
             log.warning("disk tier is over its %s cap but every entry is pinned", reason)
             return dropped
@@ -75,6 +85,14 @@ def _evict_down(root: Path, index: Index, now: float, reason: str, target: int) 
             if excess <= 0:
                 break
         dropped += _drop(root, index, chosen)
+
+
+def _unpin_lapsed(root: Path, index: Index, now: float) -> None:
+    """Pins with an end time that has passed become ordinary entries again."""
+    lapsed = index.rows("pinned = 1 AND pin_until IS NOT NULL AND pin_until <= ?", (now,))
+    for row in lapsed:
+        index.set_pin(row.key, False)
+        write_pin(root, row.key, False, None)
 
 
 def _drop(root: Path, index: Index, rows: list[IndexRow]) -> int:
