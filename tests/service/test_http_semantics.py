@@ -147,3 +147,23 @@ def test_served_requests_feed_the_usage_analytics(make_app) -> None:
     top = cached.usage.top("asked", 5)
     assert [(row["text"], row["asked"], row["missed"]) for row in top] == [
         ("Asked three times.", 3, 1)]
+
+
+def test_memory_hits_of_stored_entries_take_the_fast_path_with_the_same_answer(make_app) -> None:
+    app, cached = make_app(api_keys={"key-a": "acme", "key-b": "globex"})
+    c = TestClient(app)
+    a, b = {"Authorization": "Bearer key-a"}, {"X-API-Key": "key-b"}
+    key = c.post("/v1/audio/speech", json={"input": "Fast path."}, headers=a).headers[
+        "x-cache-key"]
+    cached.cache.memory.clear()
+    routed = c.get(f"/v1/audio/{key}", headers=a)  # a disk read: the full route
+    fast = c.get(f"/v1/audio/{key}", headers=a)  # now in memory: the fast path
+    assert (routed.headers["x-cache-tier"], fast.headers["x-cache-tier"]) == ("disk", "memory")
+    assert fast.content == routed.content
+    for name in ("etag", "cache-control", "content-type", "content-length", "accept-ranges",
+                 "x-cache", "x-cache-key"):
+        assert fast.headers[name] == routed.headers[name], name
+    # Everything the fast path does not own falls through to the route, unchanged.
+    assert c.get(f"/v1/audio/{key}", headers=b).status_code == 404  # another tenant
+    assert c.get(f"/v1/audio/{key}").status_code == 401  # no key
+    assert c.get(f"/v1/audio/{key}", headers={**a, "Range": "bytes=0-3"}).status_code == 206

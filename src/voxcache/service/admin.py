@@ -54,7 +54,7 @@ async def metrics(request: Request) -> Response:
 @router.get("/v1/stats", tags=["ops"])
 async def stats(request: Request) -> dict[str, Any]:
     """Cache totals and counters, and this process's render queue (no keys, no texts)."""
-    tenant_of(request)
+    await tenant_of(request)  # authenticates; stats are not per tenant
     server: Server = request.app.state.server
     data = await server.admission.read(server.cache.stats)
     data.pop("root", None)

@@ -20,6 +20,7 @@ from ..config import Settings, load_settings
 from ..runtime import open_cached_engine
 from . import admin, errors, speech, stored, voice_routes
 from .admission import Admission
+from .fastpath import StoredAudioFastPath
 from .guard import BodyLimit
 from .metrics import Metrics
 from .options import ServiceOptions, service_options
@@ -58,6 +59,7 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
     for module in (speech, stored, voice_routes, admin, gpt_sovits, cosyvoice):
         app.include_router(module.router)
     app.add_middleware(BodyLimit, options=options)
+    app.add_middleware(StoredAudioFastPath)  # outermost: memory hits skip everything else
     return app
 
 

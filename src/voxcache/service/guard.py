@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hmac
 import json
+from collections.abc import Mapping
 
 from fastapi import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -27,26 +28,40 @@ UPLOAD_PATHS = ("/v1/voices",)
 MULTIPART_OVERHEAD = 64 * 1024
 
 
-def tenant_of(request: Request) -> str:
-    """FastAPI dependency: the caller's tenant (401 when keys are configured and this one isn't)."""
+async def tenant_of(request: Request) -> str:
+    """FastAPI dependency: the caller's tenant (401 when keys are set and this one is not).
+
+    Async so that FastAPI calls it on the loop: a sync dependency costs a thread-pool hop
+    on every request, hits included.
+    """
     keys: dict[str, str] = request.app.state.options.api_keys
+    tenant = tenant_for(keys, request.headers)
+    if tenant is None:
+        given = presented_key(request.headers)
+        raise Unauthorized("missing or unknown API key: send 'Authorization: Bearer <key>'"
+                           if not given else "unknown API key")
+    return tenant
+
+
+def tenant_for(keys: dict[str, str], headers: Mapping[str, str]) -> str | None:
+    """The tenant whose API key the headers present; None when keys are set and it is not one."""
     if not keys:
         return DEFAULT_TENANT
-    given = _presented_key(request)
+    given = presented_key(headers)
     if given:
         for key, tenant in keys.items():
             if hmac.compare_digest(key.encode(), given.encode()):
                 return tenant
-    raise Unauthorized("missing or unknown API key: send 'Authorization: Bearer <key>'"
-                       if not given else "unknown API key")
+    return None
 
 
-def _presented_key(request: Request) -> str | None:
-    auth = request.headers.get("authorization", "")
+def presented_key(headers: Mapping[str, str]) -> str | None:
+    """The API key a request presents (``Authorization: Bearer`` or ``X-API-Key``)."""
+    auth = headers.get("authorization", "")
     scheme, _, value = auth.partition(" ")
     if scheme.lower() == "bearer" and value.strip():
         return value.strip()
-    return request.headers.get("x-api-key") or None
+    return headers.get("x-api-key") or None
 
 
 class BodyLimit:

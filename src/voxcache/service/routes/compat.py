@@ -58,13 +58,13 @@ def _cached(request: Request) -> CachedEngine:
     return cached
 
 
-def tenant_of(request: Request) -> str:
+async def tenant_of(request: Request) -> str:
     """The caller's tenant: the service's API-key mapping when the app has one."""
     if getattr(request.app.state, "options", None) is None:
         return DEFAULT_TENANT
     from ..guard import tenant_of as service_tenant
 
-    return service_tenant(request)
+    return await service_tenant(request)
 
 
 async def serve(request: Request, core: SynthesisRequest, route: str) -> Served:
