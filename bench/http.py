@@ -107,6 +107,10 @@ def run(ctx: Context) -> None:
             rows += measure(ctx, "nginx (docs/nginx.conf, sendfile)", f"{base}/v1/audio/{KEY}")
     except FileNotFoundError as exc:
         ctx.note(f"{exc}; the nginx baseline is missing")
+    if servers.serve_available():  # uvicorn is there: measure the Python limit too
+        stored = next((root / "objects").rglob(f"{KEY}.wav"))
+        with servers.bare_asgi(stored, 2, ctx.scratch("bare") / "bare.log") as base:
+            rows += measure(ctx, "bare ASGI app (uvicorn, bytes from memory)", f"{base}/")
     if not servers.serve_available():
         ctx.note("`voxcache serve` is not available in this checkout (service not built, or "
                  "the [service] extra is missing); only nginx was measured")
@@ -115,8 +119,8 @@ def run(ctx: Context) -> None:
     if not rows:
         return
     ctx.table("http", f"HTTP hits, {len(blob) / 1000:.0f} KB WAV, keep-alive (wrk)", rows,
-              notes=["nginx: 2 worker processes; voxcache serve: 2 uvicorn workers; wrk: up to 2 "
-                     "threads; all on the same 2 cores."])
+              notes=["nginx: 2 worker processes; voxcache serve and the bare ASGI app: 2 uvicorn "
+                     "workers; wrk: up to 2 threads; all on the same 2 cores."])
     headline(ctx, rows)
     servers_seen = list(dict.fromkeys(r["server"] for r in rows))
     ctx.plot("throughput", plots.grouped_bars(
@@ -151,13 +155,14 @@ def measure_voxcache(ctx: Context, root: Path, blob: bytes) -> list[dict[str, An
 def headline(ctx: Context, rows: list[dict[str, Any]]) -> None:
     """HTTP hit throughput ÷ nginx at 64 connections."""
     at = {r["server"]: r for r in rows if r["connections"] == CONNECTIONS[-1]}
-    base = next((r for s, r in at.items() if s.startswith("nginx")), None)
-    if base is None:
-        return
-    for server, r in at.items():
-        if server.startswith("voxcache"):
-            label = "GET" if "GET" in server else "POST"
-            ctx.headline[f"HTTP hit throughput ÷ nginx ({label}, 64 conn)"] = {
-                "value": ratio(r["requests/s"], base["requests/s"]),
-                "detail": f"{r['requests/s']:,.0f} vs {base['requests/s']:,.0f} requests/s; p99 "
-                          f"{r['p99_ms']:.1f} vs {base['p99_ms']:.1f} ms"}
+    for prefix, limit in (("nginx", "nginx"), ("bare ASGI", "bare ASGI")):
+        base = next((r for s, r in at.items() if s.startswith(prefix)), None)
+        if base is None:
+            continue
+        for server, r in at.items():
+            if server.startswith("voxcache"):
+                label = "GET" if "GET" in server else "POST"
+                ctx.headline[f"HTTP hit throughput ÷ {limit} ({label}, 64 conn)"] = {
+                    "value": ratio(r["requests/s"], base["requests/s"]),
+                    "detail": f"{r['requests/s']:,.0f} vs {base['requests/s']:,.0f} requests/s; "
+                              f"p99 {r['p99_ms']:.1f} vs {base['p99_ms']:.1f} ms"}

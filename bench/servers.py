@@ -127,3 +127,20 @@ def voxcache_serve(cache_dir: Path, workers: int, log: Path) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         stop(proc)
+
+
+@contextlib.contextmanager
+def bare_asgi(path: Path, workers: int, log: Path) -> Iterator[str]:
+    """Run ``bench.bare_asgi`` (returns ``path``'s bytes) on uvicorn; yield its base URL."""
+    port = free_port()
+    command = [sys.executable, "-m", "uvicorn", "bench.bare_asgi:app", "--port", str(port),
+               "--workers", str(workers), "--log-level", "warning"]
+    env = {**os.environ, "VOXCACHE_BENCH_FILE": str(path)}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                cwd=Path(__file__).resolve().parent.parent)
+    try:
+        wait_for(f"http://127.0.0.1:{port}/", 60, proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(proc)

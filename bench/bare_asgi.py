@@ -1,0 +1,25 @@
+"""The Python limit for HTTP hits: an ASGI app that only returns one file's bytes from memory.
+
+Run by uvicorn with the same workers as ``voxcache serve``: whatever voxcache adds on
+top of this (routing, the tenant check, key computation, headers) is its own cost;
+what this app itself costs is the price of answering from Python at all.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+BODY = open(os.environ["VOXCACHE_BENCH_FILE"], "rb").read()  # noqa: SIM115 (read once at import)
+HEADERS = [(b"content-type", b"audio/wav"), (b"content-length", str(len(BODY)).encode())]
+
+
+async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Answer every HTTP request with the file (draining a POST body first)."""
+    if scope["type"] != "http":
+        return
+    more = scope["method"] == "POST"
+    while more:
+        more = (await receive()).get("more_body", False)
+    await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+    await send({"type": "http.response.body", "body": BODY})
