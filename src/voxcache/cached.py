@@ -15,9 +15,8 @@ from typing import Any
 
 from .audio import Audio
 from .cache import Cache
-from .engine import Engine
+from .engine import Engine, render_chunks
 from .entry import Entry, audio_entry
-from .errors import EngineError, VoxcacheError
 from .key import canonical_bytes, digest, key_payload
 from .request import DEFAULT_MAX_TEXT_CHARS, ResolvedRequest, SynthesisRequest, resolve
 from .singleflight import Flight, FlightGroup, key_lock
@@ -127,7 +126,7 @@ class CachedEngine:
         resolved = self.resolve(request)
         payload = key_payload(resolved, self._waveform)
         key = digest(payload)
-        policy = self._seed_policy(request)
+        policy = self.seed_policy_for(request)
         whole = not self.segments or (resolved.seed is None and policy.mode != "pin")
         segments = None if whole else plan(self, resolved)
         return {"key": key, "payload": payload, "canonical": canonical_bytes(payload).decode(),
@@ -141,20 +140,15 @@ class CachedEngine:
         """Return the take for ``request``, rendering it only if no tier has it."""
         started = time.perf_counter()
         resolved, key = self.resolve_and_key(request)
-        if resolved.seed is None and self._seed_policy(request).mode != "pin":
-            return self.takes.serve(self, resolved, key, self._seed_policy(request), started)
-        found = self.cache.get(key)
-        if found is not None:
-            self.cache.count(f"hits_{found[1]}")
-            self.usage.asked(resolved, key, hit=True)
-            return Result(found[0], key, "hit", found[1], time.perf_counter() - started)
-        return self._serve_miss(resolved, key, started)
+        if resolved.seed is None and self.seed_policy_for(request).mode != "pin":
+            return self.takes.serve(self, resolved, key, self.seed_policy_for(request), started)
+        return self._lookup_then_miss(resolved, key, started)
 
     async def asynthesize(self, request: SynthesisRequest) -> Result:
         """Asyncio twin: memory hits and joins stay on the loop; the rest runs in a thread."""
         started = time.perf_counter()
         resolved, key = self.resolve_and_key(request)
-        if resolved.seed is None and self._seed_policy(request).mode != "pin":
+        if resolved.seed is None and self.seed_policy_for(request).mode != "pin":
             return await asyncio.to_thread(self.synthesize, request)
         entry = self.cache.memory.get(key)
         if entry is not None:
@@ -171,6 +165,7 @@ class CachedEngine:
         return await asyncio.to_thread(self._lookup_then_miss, resolved, key, started)
 
     def _lookup_then_miss(self, resolved: ResolvedRequest, key: str, started: float) -> Result:
+        """The fastest tier holding ``key``, else the miss path."""
         found = self.cache.get(key)
         if found is not None:
             self.cache.count(f"hits_{found[1]}")
@@ -178,7 +173,7 @@ class CachedEngine:
             return Result(found[0], key, "hit", found[1], time.perf_counter() - started)
         return self._serve_miss(resolved, key, started)
 
-    def _seed_policy(self, request: SynthesisRequest) -> SeedPolicy:
+    def seed_policy_for(self, request: SynthesisRequest) -> SeedPolicy:
         """The request's own seed policy, else this engine's (parsing is memoised)."""
         return parse_seed_policy(request.seed_policy) if request.seed_policy else self.seed_policy
 
@@ -248,16 +243,9 @@ class CachedEngine:
                 started: float) -> Result:
         render_started = time.perf_counter()
         chunks: list[Audio] = []
-        try:
-            for chunk in self.engine.render(resolved):
-                chunks.append(chunk)
-                flight.publish(chunk)
-        except VoxcacheError:
-            raise
-        except Exception as exc:
-            raise EngineError(f"engine {self.engine.id!r} failed: {exc}") from exc
-        if not chunks:
-            raise EngineError(f"engine {self.engine.id!r} produced no audio")
+        for chunk in render_chunks(self.engine, resolved):
+            chunks.append(chunk)
+            flight.publish(chunk)
         self.cache.count("syntheses")
         self.cache.count("render_ms", int((time.perf_counter() - render_started) * 1000))
         ttl = resolved.ttl if resolved.ttl is not None else self.cache.config.default_ttl

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, ClassVar
 
 from .audio import Audio
+from .errors import EngineError, VoxcacheError
 from .params import ParamSpec
 
 if TYPE_CHECKING:
@@ -72,3 +73,23 @@ class Engine:
             "languages": list(self.languages),
             "params": [spec.describe() for spec in self.params.values()],
         }
+
+
+def render_chunks(engine: Engine, request: ResolvedRequest) -> Iterator[Audio]:
+    """Yield an engine's chunks, translating its own failures (and silence) into EngineError.
+
+    The one boundary where an engine's foreign exceptions become voxcache errors: every
+    render path goes through it, so a crashed model is a 5xx with the engine's message
+    and never a half-built entry.
+    """
+    produced = False
+    try:
+        for chunk in engine.render(request):
+            produced = True
+            yield chunk
+    except VoxcacheError:
+        raise
+    except Exception as exc:
+        raise EngineError(f"engine {engine.id!r} failed: {exc}") from exc
+    if not produced:
+        raise EngineError(f"engine {engine.id!r} produced no audio")

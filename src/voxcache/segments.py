@@ -28,8 +28,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from .audio import Audio
+from .engine import render_chunks
 from .entry import audio_entry
-from .errors import EngineError, InvalidParameter, UnsupportedFeature, VoxcacheError
+from .errors import EngineError, InvalidParameter, UnsupportedFeature
 from .key import digest, key_payload
 from .request import ResolvedRequest
 from .singleflight import Flight, key_lock
@@ -275,17 +276,12 @@ def _call(cached: CachedEngine, request: ResolvedRequest,
     """One engine call whose chunks are, in order, the sentences ``expected``."""
     started = time.perf_counter()
     count = 0
-    try:
-        for chunk in cached.engine.render(request):
-            if count >= len(expected):
-                raise EngineError(f"engine {cached.engine.id!r} yielded more chunks than "
-                                  f"the {len(expected)} sentences it declared")
-            yield expected[count], chunk
-            count += 1
-    except VoxcacheError:
-        raise
-    except Exception as exc:
-        raise EngineError(f"engine {cached.engine.id!r} failed: {exc}") from exc
+    for chunk in render_chunks(cached.engine, request):
+        if count >= len(expected):
+            raise EngineError(f"engine {cached.engine.id!r} yielded more chunks than "
+                              f"the {len(expected)} sentences it declared")
+        yield expected[count], chunk
+        count += 1
     cached.cache.count("syntheses")
     cached.cache.count("render_ms", int((time.perf_counter() - started) * 1000))
     if count != len(expected):

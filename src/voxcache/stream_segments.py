@@ -41,7 +41,7 @@ def stream(cached: CachedEngine, request: SynthesisRequest) -> Iterator[Audio]:
         cached.usage.asked(resolved, key, hit=True)
         yield found[0].audio()
         return
-    unpinned = resolved.seed is None and cached._seed_policy(request).mode != "pin"
+    unpinned = resolved.seed is None and cached.seed_policy_for(request).mode != "pin"
     segments = plan(cached, resolved) if cached.segments and not unpinned else None
     if segments is None:
         yield from _whole(cached, request)
@@ -78,7 +78,7 @@ def stream(cached: CachedEngine, request: SynthesisRequest) -> Iterator[Audio]:
 def _whole(cached: CachedEngine, request: SynthesisRequest) -> Iterator[Audio]:
     """A request that stays whole: follow its flight (leading it in a worker if nobody is)."""
     resolved, key = cached.resolve_and_key(request)
-    if resolved.seed is None and cached._seed_policy(request).mode != "pin":
+    if resolved.seed is None and cached.seed_policy_for(request).mode != "pin":
         yield cached.synthesize(request).audio  # bypass/variants: one chunk
         return
     flight, leader = cached.flights.join_or_lead(key)

@@ -26,8 +26,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from .audio import Audio
+from .engine import render_chunks
 from .entry import audio_entry
-from .errors import EngineError, InvalidParameter, VoxcacheError
+from .errors import InvalidParameter
 from .key import derived_key
 from .request import ResolvedRequest
 
@@ -123,14 +124,7 @@ def _bypass(cached: CachedEngine, resolved: ResolvedRequest, key: str,
     """Render a fresh take and store nothing."""
     from .cached import Result, _meta
 
-    try:
-        chunks = list(cached.engine.render(resolved))
-    except VoxcacheError:
-        raise
-    except Exception as exc:
-        raise EngineError(f"engine {cached.engine.id!r} failed: {exc}") from exc
-    if not chunks:
-        raise EngineError(f"engine {cached.engine.id!r} produced no audio")
+    chunks = list(render_chunks(cached.engine, resolved))
     cached.cache.count("bypasses")
     entry = audio_entry(key, Audio.join(chunks), meta=_meta(resolved))
     return Result(entry, key, "bypass", "engine", time.perf_counter() - started, stored=False)

@@ -167,3 +167,20 @@ def test_memory_hits_of_stored_entries_take_the_fast_path_with_the_same_answer(m
     assert c.get(f"/v1/audio/{key}", headers=b).status_code == 404  # another tenant
     assert c.get(f"/v1/audio/{key}").status_code == 401  # no key
     assert c.get(f"/v1/audio/{key}", headers={**a, "Range": "bytes=0-3"}).status_code == 206
+
+
+def test_seed_policy_per_request_over_http(make_app) -> None:
+    app, cached = make_app()
+    c = TestClient(app)
+
+    def ask(policy: str) -> str:
+        r = c.post("/v1/synthesize", json={"text": "Variety, please.", "seed_policy": policy})
+        assert r.status_code == 200, r.text
+        return r.headers["x-cache"]
+
+    assert [ask("bypass") for _ in range(3)] == ["BYPASS"] * 3
+    assert len(cached.engine.calls) == 3
+    [ask("variants:2") for _ in range(6)]
+    assert len(cached.engine.calls) == 3 + 2  # two takes rendered, then served in rotation
+    bad = c.post("/v1/synthesize", json={"text": "x", "seed_policy": "sometimes"})
+    assert bad.status_code == 400 and "seed policy" in bad.json()["error"]["message"]

@@ -40,6 +40,9 @@ class SpeechRequest(BaseModel):
     seed: int | None = None
     params: dict[str, Any] = Field(default_factory=dict,
                                    description="engine parameters (see GET /v1/engine)")
+    seed_policy: str | None = Field(None, max_length=40,
+                                    description="unseeded requests: pin, bypass or variants:N "
+                                                "(default: the server's)")
     cache: CacheMode = "use"
 
 
@@ -57,6 +60,9 @@ class SynthesizeRequest(BaseModel):
     speed: float = 1.0
     params: dict[str, Any] = Field(default_factory=dict)
     ttl: float | None = None
+    seed_policy: str | None = Field(None, max_length=40,
+                                    description="unseeded requests: pin, bypass or variants:N "
+                                                "(default: the server's)")
     response_format: str = Field("wav", max_length=20)
     stream: bool = Field(False, description="stream a miss sentence by sentence (pcm, wav)")
     cache: CacheMode = "use"

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from ..audio import Audio
 from ..cached import CachedEngine
+from ..engine import render_chunks
 from ..entry import Entry, audio_entry
 from ..errors import EngineError, VoxcacheError
 from ..request import ResolvedRequest, SynthesisRequest
@@ -122,13 +123,14 @@ class Server:
         if mode == "refresh":
             await self.admission.read(self.cache.delete, key)
         else:
+            path = self._library_reason(resolved, request) if request is not None else None
+            if path == "takes":  # variants/bypass: the pool decides, not the stored take 0
+                return await self._library(request, key, resolved, path)  # type: ignore[arg-type]
             found = await self.lookup(key)
-            usage = getattr(self.cached, "usage", None)  # what `warm --from-top-misses` reads
+            usage = self.cached.usage  # what `warm --from-top-misses` reads
             if found is not None:
-                if usage is not None:
-                    usage.asked(resolved, key, hit=True)
+                usage.asked(resolved, key, hit=True)
                 return found
-            path = self._library_reason(resolved) if request is not None else None
             if path == "segments" and stream:
                 take = await self._stream_segments(resolved, key)
                 if take is not None:
@@ -138,8 +140,7 @@ class Server:
                 return await self._library(request, key, resolved, path)  # type: ignore[arg-type]
             # Left here: no segment mode, a request that stays whole (one sentence, or a split
             # that cannot be verified), or a streamed join of a whole render in flight.
-            if usage is not None:
-                usage.asked(resolved, key, hit=False)
+            usage.asked(resolved, key, hit=False)
         flight, leader = self.cached.flights.join_or_lead(key)
         if leader:
             self._lead(resolved, key, flight)
@@ -176,15 +177,17 @@ class Server:
         header = entry.header
         return Take(key, "HIT", tier, header.sample_rate, header.channels, entry=entry)
 
-    def _library_reason(self, resolved: ResolvedRequest) -> str | None:
-        """Which ``CachedEngine`` feature must decide this miss, if any: ``policy`` (seed
-        variants/bypass, stale serving: always its own ``synthesize``) or ``segments``."""
+    def _library_reason(self, resolved: ResolvedRequest,
+                        request: SynthesisRequest) -> str | None:
+        """Which ``CachedEngine`` feature must decide this request, if any: ``takes`` (an
+        unseeded request under variants/bypass — the request's policy or the server's —,
+        decided before any lookup), ``policy`` (stale serving of a miss), or ``segments``."""
         cached = self.cached
-        policy = getattr(cached, "seed_policy", None)
-        if getattr(cached, "model_policy", "strict") != "strict" or (
-                resolved.seed is None and getattr(policy, "mode", "pin") != "pin"):
+        if resolved.seed is None and cached.seed_policy_for(request).mode != "pin":
+            return "takes"
+        if cached.model_policy != "strict":
             return "policy"
-        return "segments" if getattr(cached, "segments", False) else None
+        return "segments" if cached.segments else None
 
     async def _library(self, request: SynthesisRequest, key: str, resolved: ResolvedRequest,
                        reason: str) -> Take:
@@ -311,14 +314,7 @@ class Server:
     async def _bypass(self, resolved: ResolvedRequest, key: str) -> Entry:
         """Render without reading or writing the cache (still inside admission control)."""
         def render() -> Entry:
-            try:
-                chunks = list(self.cached.engine.render(resolved))
-            except VoxcacheError:
-                raise
-            except Exception as exc:
-                raise EngineError(f"engine {self.cached.engine.id!r} failed: {exc}") from exc
-            if not chunks:
-                raise EngineError(f"engine {self.cached.engine.id!r} produced no audio")
+            chunks = list(render_chunks(self.cached.engine, resolved))
             return audio_entry(key, Audio.join(chunks), meta={"tenant": resolved.tenant})
 
         started = time.perf_counter()

@@ -48,6 +48,7 @@ async def speech(body: SpeechRequest, request: Request,
     voice = body.voice.id if hasattr(body.voice, "id") else body.voice
     core = SynthesisRequest(text=body.input, instruct=body.instructions, language=body.language,
                             seed=body.seed, speed=body.speed, params=body.params, tenant=tenant,
+                            seed_policy=body.seed_policy,
                             **_voice_fields(request, tenant, voice))  # type: ignore[arg-type]
     sse = body.stream_format == "sse"
     stream = sse or body.response_format == "pcm"
