@@ -138,3 +138,23 @@ def test_the_default_service_speaks_with_piper(tmp_path, serve_proc) -> None:
     assert (first.headers["x-cache"], second.headers["x-cache"]) == ("MISS", "HIT")
     samples, rate = soundfile.read(io.BytesIO(second.content), dtype="int16")
     assert rate == 22050 and len(samples) > rate and ready["engine"] == "piper"
+
+
+def test_direct_warm_runs_at_the_lowest_cpu_priority(tmp_path) -> None:
+    """The engine's threads inherit niceness 19, so a live server's renders go first."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import os, sys\n"
+        "from voxcache.cli import main\n"
+        "from voxcache.engines import tone\n"
+        "def render(self, request, _inner=tone.ToneEngine.render):\n"
+        "    print('nice', os.nice(0), flush=True)\n"
+        "    yield from _inner(self, request)\n"
+        "tone.ToneEngine.render = render\n"
+        "sys.exit(main(sys.argv[1:]))\n")
+    phrases = tmp_path / "p.json"
+    phrases.write_text('["Low priority."]')
+    out = subprocess.run([sys.executable, str(probe), "--cache-dir", str(tmp_path / "c"),
+                          "--engine", "tone", "warm", str(phrases), "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert "nice 19" in out.stdout, out.stdout + out.stderr

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,9 @@ def warm(args: argparse.Namespace) -> int:
 
         warmer: Any = RemoteWarmer(args.server, args.api_key)
     else:
+        # A batch job beside a live server: lowest CPU priority, set before the engine
+        # starts its threads so they inherit it.
+        os.nice(19 - os.nice(0))
         warmer = open_cached_engine(settings_from(args))
     try:
         with Progress(transient=args.json) as progress:
