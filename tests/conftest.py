@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,3 +50,22 @@ def cached_tone(tone: ToneEngine, cache: Cache) -> CachedEngine:
 @pytest.fixture
 def cached_piper(piper, cache: Cache) -> CachedEngine:
     return CachedEngine(piper, cache)
+
+
+class GatedTone(ToneEngine):
+    """A tone engine whose renders wait until the test opens ``gate`` (open at first)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def render(self, request):
+        assert self.gate.wait(30), "the test never opened the gate"
+        yield from super().render(request)
+
+
+@pytest.fixture
+def gated_tone() -> GatedTone:
+    """A tone engine a test can hold shut, to observe what arrives before a render ends."""
+    return GatedTone()

@@ -91,7 +91,7 @@ class TakePools:
               policy: SeedPolicy, started: float) -> Result:
         """Return a take of ``resolved`` as ``policy`` says."""
         if policy.mode == "bypass":
-            return _bypass(cached, resolved, key, started)
+            return bypass(cached, resolved, key, started)
         from .cached import Result
 
         keys = [take_key(key, i) for i in range(policy.n)]
@@ -119,9 +119,9 @@ class TakePools:
             return next(counter) % policy.n
 
 
-def _bypass(cached: CachedEngine, resolved: ResolvedRequest, key: str,
-            started: float) -> Result:
-    """Render a fresh take and store nothing."""
+def bypass(cached: CachedEngine, resolved: ResolvedRequest, key: str,
+           started: float) -> Result:
+    """Render a fresh take and store nothing (the ``bypass`` policy and cache mode)."""
     from .cached import Result, _meta
 
     chunks = list(render_chunks(cached.engine, resolved))

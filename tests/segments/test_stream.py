@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-
 from voxcache.cache import Cache
 from voxcache.cached import CachedEngine
 from voxcache.engines.tone import ToneEngine
@@ -11,21 +9,9 @@ from voxcache.request import SynthesisRequest
 from voxcache.stream_segments import stream
 
 
-class GatedTone(ToneEngine):
-    """Renders only once the test opens the gate."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = threading.Event()
-        self.gate.set()
-
-    def render(self, request):
-        assert self.gate.wait(30)
-        yield from super().render(request)
-
-
-def test_first_audio_comes_from_the_cache_while_the_rest_renders(cache: Cache) -> None:
-    engine = GatedTone()
+def test_first_audio_comes_from_the_cache_while_the_rest_renders(cache: Cache,
+                                                                gated_tone) -> None:
+    engine = gated_tone
     cached = CachedEngine(engine, cache, segments=True, lock_wait=10)
     cached.synthesize(SynthesisRequest("Welcome aboard."))
     engine.gate.clear()  # from now on the engine cannot finish until we say so

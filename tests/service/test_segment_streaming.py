@@ -2,24 +2,9 @@
 
 from __future__ import annotations
 
-import threading
-
 import httpx
 
 from voxcache.engines.tone import ToneEngine
-
-
-class GatedTone(ToneEngine):
-    """A tone engine whose renders wait for the test to open the gate."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = threading.Event()
-        self.gate.set()
-
-    def render(self, request):
-        assert self.gate.wait(30), "the test never opened the gate"
-        yield from super().render(request)
 
 
 def speech(url: str, text: str, **extra: object) -> httpx.Response:
@@ -41,8 +26,9 @@ def test_partial_request_says_so_with_counts(make_app, live) -> None:
     assert cached.engine.calls[-1] == "Please scan the code."  # only the new sentence rendered
 
 
-def test_cached_first_sentence_streams_before_the_render_finishes(make_app, live) -> None:
-    engine = GatedTone()
+def test_cached_first_sentence_streams_before_the_render_finishes(make_app, live,
+                                                                 gated_tone) -> None:
+    engine = gated_tone
     app, cached = make_app(engine=engine, segments=True)
     with live(app) as server:
         stored = speech(server.url, "Doors closing.", response_format="pcm").content

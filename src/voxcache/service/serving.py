@@ -20,8 +20,7 @@ from typing import Any, TypeVar
 
 from ..audio import Audio
 from ..cached import CachedEngine
-from ..engine import render_chunks
-from ..entry import Entry, audio_entry
+from ..entry import Entry
 from ..errors import EngineError, VoxcacheError
 from ..request import ResolvedRequest, SynthesisRequest
 from ..singleflight import Flight
@@ -313,11 +312,11 @@ class Server:
 
     async def _bypass(self, resolved: ResolvedRequest, key: str) -> Entry:
         """Render without reading or writing the cache (still inside admission control)."""
-        def render() -> Entry:
-            chunks = list(render_chunks(self.cached.engine, resolved))
-            return audio_entry(key, Audio.join(chunks), meta={"tenant": resolved.tenant})
+        from ..takes import bypass
 
         started = time.perf_counter()
-        future = self._submit(render)
+        future = self._submit(bypass, self.cached, resolved, key, started)
         future.add_done_callback(lambda f: self._rendered(f.exception(), started))
-        return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), self.timeout)
+        result = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)),
+                                        self.timeout)
+        return result.entry
