@@ -61,13 +61,19 @@ class Settings:
     """Unseeded requests: ``pin``, ``bypass``, ``variants:N`` (requests may override it)."""
     model_policy: str = "strict"
     """Takes of an older model revision: ``strict`` or ``stale-while-revalidate``."""
+    reference_roots: tuple[Path, ...] = ()
+    """Folders clients may name reference clips in (``ref_audio_path``); none: paths refused.
+    TOML: a list; ``VOXCACHE_REFERENCE_ROOTS``: folders separated by ``os.pathsep``."""
+    reference_max_bytes: int = 10 * 2**20
+    """Largest reference clip read by path (the same default as an uploaded clip)."""
     upstream: str | None = None
     """``KIND=URL``: render misses on a running TTS server (the caching gateway)."""
     upstream_revision: str | None = None
     """A label for the model behind the upstream URL; change it when that model changes."""
     upstream_timeout: float = 300.0
     upstream_options: dict[str, Any] = field(default_factory=dict)
-    """Kind-specific options (``ref_base``, ``sample_rate``, ``model``…; see voxcache.upstream)."""
+    """Kind-specific options (``ref_root_upstream``, ``sample_rate``, ``model``…; see
+    voxcache.upstream)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Sections this module does not interpret (service, tenants…), passed through."""
 
@@ -86,6 +92,14 @@ _SIZES = {"memory_budget", "disk_max_bytes"}
 def _coerce(name: str, value: Any) -> Any:
     if name in _SIZES:
         return parse_size(value)
+    if name == "reference_roots":
+        return _folders(value)
+    if name == "reference_max_bytes":
+        size = parse_size(value)
+        if size is None or size < 1:
+            raise InvalidParameter(f"reference_max_bytes must be a size such as 10MB, "
+                                   f"got {value!r}")
+        return size
     if name == "cache_dir":
         return Path(value).expanduser()
     if name in ("piper_threads", "max_text_chars", "disk_max_entries"):
@@ -95,6 +109,19 @@ def _coerce(name: str, value: Any) -> Any:
     if name in ("default_ttl", "lock_wait", "upstream_timeout"):
         return None if value in (None, "", "none") else float(value)
     return value
+
+
+def _folders(value: Any) -> tuple[Path, ...]:
+    """A TOML list of folders, or one string of them separated by ``os.pathsep``."""
+    if isinstance(value, str):
+        value = value.split(os.pathsep)
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str | Path) for v in value):
+        raise InvalidParameter(f"reference_roots must be a list of folders, got {value!r}")
+    folders = tuple(Path(v).expanduser() for v in value if str(v).strip())
+    relative = [str(f) for f in folders if not f.is_absolute()]
+    if relative:
+        raise InvalidParameter(f"reference_roots must be absolute folders, got {relative}")
+    return folders
 
 
 def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Settings:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+from pathlib import Path
 
 from .cache import Cache
 from .cached import CachedEngine
 from .config import Settings
 from .engine import Engine
 from .engines import load_engine
+from .references import ReferenceFolders
 
 log = logging.getLogger("voxcache")
 
@@ -19,7 +22,12 @@ def open_cache(settings: Settings) -> Cache:
 
 
 def open_cached_engine(settings: Settings, cache: Cache | None = None) -> CachedEngine:
-    """Load the configured engine and put it behind the cache."""
+    """Load the configured engine and put it behind the cache.
+
+    The reference folders are checked here, at start, for every engine: the ``/tts``
+    route reads through them too, and a root overlapping the cache must stop the
+    process rather than the first request that names a path."""
+    reference_folders(settings, per_tenant=has_api_keys(settings))
     engine = load_configured_engine(settings)
     from .segments import enabled
 
@@ -32,12 +40,37 @@ def open_cached_engine(settings: Settings, cache: Cache | None = None) -> Cached
 def load_configured_engine(settings: Settings) -> Engine:
     """The upstream when ``settings.upstream`` names one (gateway mode), else a built-in."""
     if settings.upstream:
-        from .upstream import load_upstream
+        from .upstream import load_upstream, parse_upstream
 
+        options = dict(settings.upstream_options)
+        if parse_upstream(settings.upstream)[0] == "gpt-sovits":
+            # the one protocol that names reference clips by path: it reads them through these
+            options["references"] = reference_folders(settings, has_api_keys(settings))
         return load_upstream(settings.upstream, revision=settings.upstream_revision,
-                             timeout=settings.upstream_timeout, **settings.upstream_options)
+                             timeout=settings.upstream_timeout, **options)
     options = {"threads": settings.piper_threads} if settings.engine == "piper" else {}
     return load_engine(settings.engine, **options)
+
+
+def reference_folders(settings: Settings, per_tenant: bool) -> ReferenceFolders:
+    """The reference roots of ``settings`` (resolved once per process, so a root swapped for a
+    symlink later does not move them); ``per_tenant`` when the service has API keys."""
+    return _reference_folders(tuple(settings.reference_roots), Path(settings.cache_dir),
+                              settings.reference_max_bytes, per_tenant)
+
+
+@functools.lru_cache(maxsize=16)
+def _reference_folders(roots: tuple[Path, ...], cache_dir: Path, max_bytes: int,
+                       per_tenant: bool) -> ReferenceFolders:
+    return ReferenceFolders(roots, max_bytes=max_bytes, per_tenant=per_tenant,
+                            cache_dir=cache_dir)
+
+
+def has_api_keys(settings: Settings) -> bool:
+    """Whether the ``[tenants.*]`` tables give any API key (then every tenant is confined to
+    its own reference sub-folder); the service reads the keys themselves in its options."""
+    tenants = settings.extra.get("tenants") or {}
+    return any((table or {}).get("api_keys") for table in tenants.values())
 
 
 def describe_limits(settings: Settings, cached: CachedEngine) -> dict[str, object]:
@@ -49,6 +82,8 @@ def describe_limits(settings: Settings, cached: CachedEngine) -> dict[str, objec
         **cached.cache.config.describe(),
         "lock_wait_seconds": settings.lock_wait,
         "max_text_chars": settings.max_text_chars,
+        "reference_roots": [str(r) for r in settings.reference_roots],
+        "reference_max_bytes": settings.reference_max_bytes,
         "segments": cached.segments,
         "seed_policy": str(cached.seed_policy),
         "model_policy": cached.model_policy,

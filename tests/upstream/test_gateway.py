@@ -35,7 +35,8 @@ def test_spec_is_normalised() -> None:
 
 
 def test_unknown_options_are_refused_with_the_accepted_ones() -> None:
-    with pytest.raises(InvalidParameter, match="takes no option.*sample_rate.*takes: .*ref_base"):
+    with pytest.raises(InvalidParameter,
+                       match="takes no option.*sample_rate.*takes: .*ref_root_upstream"):
         load_upstream("gpt-sovits=http://127.0.0.1:9", sample_rate=24000)
 
 

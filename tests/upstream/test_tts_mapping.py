@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from voxcache.errors import BadReferenceAudio, InvalidParameter, UnsupportedFeature
+from voxcache.references import ReferenceFolders
 from voxcache.upstream.gpt_sovits_api import FIELDS, parse_streaming_mode, tts_call
 
 from .conftest import gateway_app
@@ -56,14 +57,22 @@ def test_reference_path_is_read_for_an_embedded_engine(tone, tmp_path, cached_pi
     t = np.arange(8000) / 16000
     path = tmp_path / "ref.wav"
     path.write_bytes(wav_bytes((np.sin(2 * np.pi * 220 * t) * 9000).astype("<i2"), 16000))
-    call = tts_call({"text": "Hi.", "ref_audio_path": str(path), "prompt_text": "Yo.",
-                     "prompt_lang": "en-us", "text_lang": "en-us", "seed": 9}, tone)
+    folders = ReferenceFolders([tmp_path])
+    fields = {"text": "Hi.", "ref_audio_path": str(path), "prompt_text": "Yo.",
+              "prompt_lang": "en-us", "text_lang": "en-us", "seed": 9}
+    call = tts_call(fields, tone, references=folders)
     assert call.request.reference_audio == path.read_bytes()
     assert call.request.prompt_text == "Yo." and call.request.seed == 9
-    with pytest.raises(BadReferenceAudio, match="cannot be read"):
-        tts_call({"text": "Hi.", "ref_audio_path": str(tmp_path / "none.wav")}, tone)
+    assert tts_call({**fields, "ref_audio_path": "ref.wav"}, tone,
+                    references=folders).request == call.request  # relative to the root
+    with pytest.raises(UnsupportedFeature, match="reference_roots"):
+        tts_call(fields, tone)  # no reference folders: no path is read
+    with pytest.raises(BadReferenceAudio, match="not a readable reference clip"):
+        tts_call({"text": "Hi.", "ref_audio_path": str(tmp_path / "none.wav")}, tone,
+                 references=folders)
     with pytest.raises(UnsupportedFeature, match="prompt_lang"):
-        tts_call({"text": "Hi.", "ref_audio_path": str(path), "prompt_lang": "zh"}, tone)
+        tts_call({"text": "Hi.", "ref_audio_path": str(path), "prompt_lang": "zh"}, tone,
+                 references=folders)
     with pytest.raises(UnsupportedFeature, match="aux_ref_audio_paths"):
         tts_call({"text": "Hi.", "aux_ref_audio_paths": [str(path)]}, tone)
     with pytest.raises(UnsupportedFeature, match="seed"):

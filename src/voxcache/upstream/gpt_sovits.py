@@ -7,23 +7,22 @@ its seed. The gateway always asks for WAV (the header names the model's rate:
 32 kHz for v1/v2/v2Pro, 24 or 48 kHz for v3/v4) and derives delivery formats
 from the cached PCM.
 
-**Reference audio is a path on the upstream's disk** (``ref_audio_path``), and
-GPT-SoVITS itself caches by that string — overwriting the file in place keeps
-serving the old voice. The gateway keys on *content* instead wherever it can:
-``ref_audio_id`` is ``pcm:<fingerprint of the decoded samples>`` when the
-gateway can read the file (an absolute path, or a relative one under
-``ref_base``, the upstream's working folder as the gateway sees it; a format
+**Reference audio is a path** (``ref_audio_path``), and GPT-SoVITS itself
+caches by that string — overwriting the file in place keeps serving the old
+voice. The gateway keys on *content* instead, and reads the clip only through
+the operator's reference folders (``voxcache.references``: no path outside
+them, tenant-scoped, size-capped; none configured means paths are refused):
+``ref_audio_id`` is ``pcm:<fingerprint of the decoded samples>`` (a format
 only the upstream decodes is ``bytes:<hash of the file>``), so the same clip at
-two paths is one key and a clip changed in place is a new key. When the
-gateway cannot read the file (the upstream runs on another machine) the id is
-``path:<the string>`` and a warning is logged once per path: a clip replaced at
-the same path then keeps its old takes until they expire or are purged — mount
-the upstream's reference folder read-only on the gateway and set ``ref_base``
-to avoid that. ``aux_ref_audio_paths`` are keyed the same way, as a set
-(GPT-SoVITS averages them, so their order cannot matter). The ids are computed
-by :func:`reference_params` (the ``/tts`` route calls it) and checked again
-just before rendering, so a request whose id does not match the file on disk is
-refused rather than stored under the wrong key.
+two paths is one key and a clip changed in place is a new key. A path is never
+the key: a take keyed by a string serves the wrong voice once the file changes.
+The upstream is sent the file the gateway read, as the upstream sees it:
+``ref_root_upstream`` (one per root) is where the upstream mounts each root,
+by default the same path (a shared mount). ``aux_ref_audio_paths`` are keyed
+the same way, as a set (GPT-SoVITS averages them, so their order cannot
+matter). The ids are computed by :func:`reference_params` (the ``/tts`` route
+calls it) and checked again just before rendering, so a request whose id does
+not match the file on disk is refused rather than stored under the wrong key.
 
 Uploaded voices (raw bytes, e.g. from ``POST /v1/voices``) need a folder both
 sides can reach: with ``ref_dir`` set the gateway writes each clip there once,
@@ -35,8 +34,8 @@ clone from uploaded audio.
 from __future__ import annotations
 
 import json
-import logging
 import os
+import posixpath
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -47,11 +46,10 @@ import blake3
 from ..audio import Audio, fingerprint_reference
 from ..errors import BadReferenceAudio, InvalidParameter
 from ..params import ParamSpec
+from ..references import DEFAULT_TENANT, ReferenceClip, ReferenceFolders
 from ..request import ResolvedRequest
 from .base import UpstreamEngine
 from .decode import wav_stream
-
-log = logging.getLogger("voxcache.upstream")
 
 LANGUAGES = ("auto", "auto_yue", "en", "zh", "ja", "yue", "ko", "all_zh", "all_ja", "all_yue",
              "all_ko")
@@ -68,7 +66,7 @@ def _spec(name: str, kind: str, default: Any, doc: str, *, shapes: bool = True,
 
 PARAMS: dict[str, ParamSpec] = {s.name: s for s in (
     _spec("ref_audio_path", "str", "", "reference clip, a path on the upstream", shapes=False),
-    _spec("ref_audio_id", "str", "", "content (pcm:…) or path (path:…) id of ref_audio_path"),
+    _spec("ref_audio_id", "str", "", "content id (pcm:… or bytes:…) of ref_audio_path"),
     _spec("aux_ref_audio_paths", "str", "", "JSON list of extra reference paths", shapes=False),
     _spec("aux_ref_audio_ids", "str", "", "sorted ids of aux_ref_audio_paths, comma-separated"),
     _spec("prompt_text", "str", "", "what the reference clip says (empty: ref-free mode)"),
@@ -98,53 +96,32 @@ PARAMS: dict[str, ParamSpec] = {s.name: s for s in (
           minimum=1, maximum=10000),
 )}
 
-_warned: set[str] = set()
-MAX_WARNED = 4096
+def clip_id(data: bytes) -> str:
+    """A reference clip's content id: its decoded samples, else (a format only the upstream
+    decodes, or a clip over our length limit) its bytes."""
+    try:
+        return "pcm:" + fingerprint_reference(data).fingerprint
+    except BadReferenceAudio:
+        return "bytes:" + blake3.blake3(data).hexdigest()
 
 
-def local_path(path: str, base: str | Path | None) -> Path | None:
-    """Where the gateway can read an upstream path, or None when it cannot know."""
-    candidate = Path(path)
-    if not candidate.is_absolute():
-        if base is None:
-            return None
-        candidate = Path(base) / candidate
-    return candidate if candidate.is_file() else None
-
-
-def ref_audio_id(path: str, base: str | Path | None = None) -> str:
-    """Identify a reference clip by content when readable, else by its path (with a warning)."""
-    local = local_path(path, base)
-    if local is not None:
-        try:
-            data = local.read_bytes()
-        except OSError:
-            data = None
-        if data is not None:
-            try:
-                return "pcm:" + fingerprint_reference(data).fingerprint
-            except BadReferenceAudio:
-                # a format only the upstream decodes (or over our length limit): still content
-                return "bytes:" + blake3.blake3(data).hexdigest()
-    if path not in _warned:
-        if len(_warned) >= MAX_WARNED:
-            _warned.clear()
-        _warned.add(path)
-        log.warning("gateway cannot read reference %r: keying on the path, so a clip replaced "
-                    "at that path keeps its old takes (set ref_base to the upstream's folder)",
-                    path)
-    return "path:" + path
-
-
-def reference_params(ref_audio_path: str, aux_ref_audio_paths: Sequence[str] = (),
-                     base: str | Path | None = None) -> dict[str, str]:
-    """The four reference parameters of a request naming upstream paths."""
+def reference_params(references: ReferenceFolders, ref_audio_path: str,
+                     aux_ref_audio_paths: Sequence[str] = (),
+                     tenant: str = DEFAULT_TENANT) -> dict[str, str]:
+    """The four reference parameters of a request naming clips by path, read through
+    ``references`` for ``tenant`` (a path it may not read is refused, never keyed)."""
     aux = list(aux_ref_audio_paths)
+    main = references.read(ref_audio_path, tenant) if ref_audio_path else None
+    return _params(ref_audio_path, main, aux, [references.read(p, tenant) for p in aux])
+
+
+def _params(path: str, main: ReferenceClip | None, aux: list[str],
+            aux_clips: list[ReferenceClip]) -> dict[str, str]:
     return {
-        "ref_audio_path": ref_audio_path,
-        "ref_audio_id": ref_audio_id(ref_audio_path, base) if ref_audio_path else "",
+        "ref_audio_path": path,
+        "ref_audio_id": clip_id(main.data) if main is not None else "",
         "aux_ref_audio_paths": json.dumps(aux) if aux else "",
-        "aux_ref_audio_ids": ",".join(sorted({ref_audio_id(p, base) for p in aux})),
+        "aux_ref_audio_ids": ",".join(sorted({clip_id(c.data) for c in aux_clips})),
     }
 
 
@@ -174,11 +151,22 @@ class GptSovitsEngine(UpstreamEngine):
     supports_instruct = False
     supports_seed = True
 
-    def __init__(self, url: str, *, ref_base: str | None = None, ref_dir: str | None = None,
-                 ref_dir_upstream: str | None = None, **options: Any) -> None:
+    def __init__(self, url: str, *, references: ReferenceFolders | None = None,
+                 ref_root_upstream: str | Sequence[str] | None = None,
+                 ref_dir: str | None = None, ref_dir_upstream: str | None = None,
+                 **options: Any) -> None:
+        """``references``: the folders clients may name clips in (the service passes the
+        ``reference_roots`` setting; none: reference paths are refused).
+        ``ref_root_upstream``: where the upstream sees each of those roots (default: the
+        same path). ``ref_dir``: where uploaded clips are staged for the upstream."""
         super().__init__(url, **options)
-        self.ref_base = ref_base
+        self.references = references if references is not None else ReferenceFolders()
+        self.ref_roots_upstream = _upstream_roots(self.references, ref_root_upstream)
         self.ref_dir = Path(ref_dir) if ref_dir else None
+        if self.ref_dir is not None and self.references.contains(self.ref_dir):
+            raise InvalidParameter(
+                f"ref_dir {ref_dir} lies inside a reference root: every tenant could read the "
+                "clips staged there by path; stage uploads in a folder outside reference_roots")
         self.ref_dir_upstream = ref_dir_upstream or ref_dir
         self.supports_reference = self.ref_dir is not None
 
@@ -214,17 +202,26 @@ class GptSovitsEngine(UpstreamEngine):
         path = p["ref_audio_path"]
         if not path:
             raise InvalidParameter(
-                "GPT-SoVITS needs a reference voice: set ref_audio_path (a path on the "
-                "upstream server)" + (" or send reference audio" if self.ref_dir else ""))
+                "GPT-SoVITS needs a reference voice: set ref_audio_path (a clip in this "
+                "server's reference folders)"
+                + (" or send reference audio" if self.ref_dir else ""))
         aux = _aux_paths(p["aux_ref_audio_paths"])
-        expected = reference_params(path, aux, self.ref_base)
+        main = self.references.read(path, request.tenant)
+        aux_clips = [self.references.read(a, request.tenant) for a in aux]
+        expected = _params(path, main, aux, aux_clips)
         for name in ("ref_audio_id", "aux_ref_audio_ids"):
             if p[name] != expected[name]:
                 raise InvalidParameter(
-                    f"{name} {p[name]!r} does not match the reference on disk "
-                    f"({expected[name]!r}); build the parameters with "
+                    f"{name} does not match the reference clip on disk now (it changed after "
+                    "the request was keyed, or the id was not computed from it); send the "
+                    "request again, or build the parameters with "
                     "voxcache.upstream.gpt_sovits.reference_params")
-        return path, p["prompt_text"], aux
+        return (self._upstream_path(main), p["prompt_text"],
+                [self._upstream_path(c) for c in aux_clips])
+
+    def _upstream_path(self, clip: ReferenceClip) -> str:
+        """The file the gateway read, as the upstream sees it."""
+        return posixpath.join(self.ref_roots_upstream[clip.root], clip.relative.as_posix())
 
     def _stage(self, request: ResolvedRequest) -> str:
         """Write an uploaded clip where the upstream can read it; return its upstream path."""
@@ -239,3 +236,18 @@ class GptSovitsEngine(UpstreamEngine):
                 out.write(request.reference_audio)
             os.replace(temp, target)  # same bytes whoever wins: the name is their fingerprint
         return f"{str(self.ref_dir_upstream).rstrip('/')}/{name}"
+
+
+def _upstream_roots(references: ReferenceFolders,
+                    given: str | Sequence[str] | None) -> tuple[str, ...]:
+    """One upstream path per reference root; by default each root's own (a shared mount)."""
+    if given is None:
+        return tuple(str(r.configured) for r in references.roots)
+    roots = (given,) if isinstance(given, str) else tuple(given)
+    if len(roots) != len(references.roots) or not all(isinstance(r, str) for r in roots):
+        raise InvalidParameter(
+            f"ref_root_upstream must name one upstream folder per reference root "
+            f"({len(references.roots)} configured: "
+            f"{', '.join(str(r.configured) for r in references.roots) or 'none'}), "
+            f"got {given!r}")
+    return roots

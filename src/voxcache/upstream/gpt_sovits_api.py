@@ -9,20 +9,26 @@ other engine a field left at api_v2's default is accepted (clients often send
 every field) and any other value is a 400: silently ignoring ``top_k=5`` would
 serve audio rendered with settings the caller did not ask for.
 
-``ref_audio_path`` is a path on *this* server. For the GPT-SoVITS upstream it is
-passed on and keyed by content where readable (see ``upstream.gpt_sovits``);
-for an embedded engine the gateway reads the clip itself and clones from it.
+``ref_audio_path`` names a clip in *this* server's reference folders, read only
+through ``voxcache.references`` (refused when the operator configured none,
+tenant-scoped, size-capped). For the GPT-SoVITS upstream the clip is keyed by
+content and its path passed on as the upstream sees it (see
+``upstream.gpt_sovits``); for an embedded engine the route clones from the
+bytes read.
+
+api_v2 takes its text fields as strings; anything else (a list, a number, an
+object) is refused rather than spoken as its ``str()``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ..engine import Engine
-from ..errors import BadReferenceAudio, InvalidParameter, UnsupportedFeature
+from ..errors import InvalidParameter, UnsupportedFeature
+from ..references import ReferenceFolders
 from ..request import SynthesisRequest
 from .gpt_sovits import PARAMS, reference_params
 
@@ -34,6 +40,11 @@ SAMPLING_FIELDS = tuple(name for name in PARAMS if name not in (
     "prompt_lang", "streaming_mode"))
 FIELDS = CORE_FIELDS + REFERENCE_FIELDS + SAMPLING_FIELDS
 """Every field api_v2's ``/tts`` takes."""
+STRING_FIELDS = ("text", "text_lang", "ref_audio_path", "prompt_text", "prompt_lang",
+                 "media_type")
+"""Fields api_v2 types as ``str``."""
+_JSON_KINDS = {bool: "a boolean", int: "a number", float: "a number", list: "a list",
+               dict: "an object"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,13 +69,22 @@ def parse_streaming_mode(value: Any) -> int:
         "the value of streaming_mode must be 0, 1, 2, 3 (int) or true/false (bool)")
 
 
-def tts_call(fields: Mapping[str, Any], engine: Engine, tenant: str = "default") -> TtsCall:
-    """Map api_v2 ``/tts`` fields onto ``engine``, refusing what it cannot honour."""
+def tts_call(fields: Mapping[str, Any], engine: Engine, tenant: str = "default",
+             references: ReferenceFolders | None = None) -> TtsCall:
+    """Map api_v2 ``/tts`` fields onto ``engine``, refusing what it cannot honour.
+
+    ``references`` are the folders an embedded engine's ``ref_audio_path`` is read from
+    (none: paths refused); the GPT-SoVITS upstream reads through its own, the ones its
+    render-time check uses."""
     given = {k: v for k, v in fields.items() if v is not None}
     unknown = sorted(set(given) - set(FIELDS))
     if unknown:
         raise InvalidParameter(f"/tts does not take {', '.join(unknown)}; it takes: "
                                f"{', '.join(FIELDS)}")
+    for name in STRING_FIELDS:
+        if name in given and not isinstance(given[name], str):
+            kind = _JSON_KINDS.get(type(given[name]), type(given[name]).__name__)
+            raise InvalidParameter(f"{name} must be a string, got {kind}")
     text = given.get("text")
     if not text:
         raise InvalidParameter("text is required")
@@ -77,9 +97,11 @@ def tts_call(fields: Mapping[str, Any], engine: Engine, tenant: str = "default")
     params = _sampling(given, engine)
     if "streaming_mode" in engine.params:
         params["streaming_mode"] = streaming
-    reference = _reference(given, engine, language, params)
+    if references is None:
+        references = ReferenceFolders()
+    reference = _reference(given, engine, language, params, tenant, references)
     return TtsCall(
-        SynthesisRequest(text=str(text), language=language, speed=_speed(given),
+        SynthesisRequest(text=text, language=language, speed=_speed(given),
                          seed=_seed(given, engine), params=params, tenant=tenant, **reference),
         media_type, streaming > 0)
 
@@ -102,18 +124,21 @@ def _sampling(given: Mapping[str, Any], engine: Engine) -> dict[str, Any]:
 
 
 def _reference(given: Mapping[str, Any], engine: Engine, language: str | None,
-               params: dict[str, Any]) -> dict[str, Any]:
-    """Reference fields: upstream paths for GPT-SoVITS, the clip's bytes for other engines."""
-    path = str(given.get("ref_audio_path") or "")
+               params: dict[str, Any], tenant: str,
+               references: ReferenceFolders) -> dict[str, Any]:
+    """Reference fields: content-keyed paths for GPT-SoVITS, the clip's bytes for others."""
+    path = given.get("ref_audio_path") or ""
     aux = _paths(given.get("aux_ref_audio_paths"))
-    prompt_text = str(given.get("prompt_text") or "")
-    prompt_lang = str(given.get("prompt_lang") or "").lower()
+    prompt_text = given.get("prompt_text") or ""
+    prompt_lang = (given.get("prompt_lang") or "").lower()
     if prompt_lang and prompt_lang == language:
         prompt_lang = ""  # one spelling for "same as the text": one key
     if "ref_audio_path" in engine.params:
         if not path:
             raise InvalidParameter("ref_audio_path is required")
-        params |= reference_params(path, aux, getattr(engine, "ref_base", None))
+        # the upstream's own folders: the ones its render-time check reads again
+        own = getattr(engine, "references", None) or ReferenceFolders()  # none: refused
+        params |= reference_params(own, path, aux, tenant)
         params |= {"prompt_text": prompt_text, "prompt_lang": prompt_lang}
         return {}
     if aux:
@@ -126,20 +151,17 @@ def _reference(given: Mapping[str, Any], engine: Engine, language: str | None,
         if prompt_text:
             raise InvalidParameter("prompt_text needs ref_audio_path")
         return {}
-    try:
-        clip = Path(path).read_bytes()
-    except OSError as exc:
-        raise BadReferenceAudio(f"ref_audio_path {path!r} cannot be read: "
-                                f"{exc.strerror or exc}") from None
+    clip = references.read(path, tenant).data
     return {"reference_audio": clip, "prompt_text": prompt_text or None}
 
 
 def _paths(value: Any) -> list[str]:
     if value in (None, "", []):
         return []
-    if isinstance(value, str) or not isinstance(value, Sequence):
-        raise InvalidParameter("aux_ref_audio_paths must be a list of paths")
-    return [str(v) for v in value]
+    if (isinstance(value, str) or not isinstance(value, Sequence)
+            or not all(isinstance(v, str) for v in value)):
+        raise InvalidParameter("aux_ref_audio_paths must be a list of paths (strings)")
+    return list(value)
 
 
 def _speed(given: Mapping[str, Any]) -> float:

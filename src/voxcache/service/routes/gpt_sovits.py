@@ -6,6 +6,10 @@ same field names and defaults (mapped by ``upstream.gpt_sovits_api``), audio as
 api_v2's ``{"message": …}`` JSON. With ``streaming_mode`` the take is sent as a
 chunked stream, but always a whole take: the cache stores and serves complete
 takes, so a hit streams from storage at once.
+
+``ref_audio_path`` is read only inside the operator's ``reference_roots``
+(``voxcache.references``), confined to the caller's tenant folder when the
+service has API keys; an app without settings reads no path at all.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from fastapi.responses import StreamingResponse
 
 from ...audio import Audio
 from ...errors import InvalidParameter, UnsupportedFeature, VoxcacheError
+from ...references import ReferenceFolders
+from ...runtime import reference_folders
 from ...upstream.gpt_sovits import PARAMS
 from ...upstream.gpt_sovits_api import FIELDS, tts_call
 from ..guard import render_priority
@@ -78,7 +84,8 @@ async def _tts(request: Request, fields: dict[str, Any], tenant: str) -> Respons
         engine = engine_of(request)
         if fields.get("ref_audio_path") or fields.get("aux_ref_audio_paths"):
             # reading and fingerprinting clips is file I/O: keep it off the event loop
-            call = await asyncio.to_thread(tts_call, fields, engine, tenant)
+            call = await asyncio.to_thread(tts_call, fields, engine, tenant,
+                                           _references(request))
         else:
             call = tts_call(fields, engine, tenant)
         served = await serve(request, call.request, "gpt-sovits")
@@ -90,6 +97,16 @@ async def _tts(request: Request, fields: dict[str, Any], tenant: str) -> Respons
     if call.streaming:
         return StreamingResponse(_chunks(body), media_type=media_type, headers=served.headers)
     return Response(body, media_type=media_type, headers=served.headers)
+
+
+def _references(request: Request) -> ReferenceFolders:
+    """The service's reference folders: tenant-scoped when it has API keys."""
+    state = request.app.state
+    settings = getattr(state, "settings", None)
+    if settings is None:
+        return ReferenceFolders()
+    options = getattr(state, "options", None)
+    return reference_folders(settings, per_tenant=bool(options and options.api_keys))
 
 
 def _encode(audio: Audio, media_type: str) -> bytes:
