@@ -48,6 +48,15 @@ def twenty_kills(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def assert_promises_held(figures: dict[str, Any], kills: int) -> None:
     """What every chaos run must show, whatever the engine."""
+    try:
+        check_promises(figures, kills)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nbroken: {figures['broken_promises']}\n"
+                             f"{figures['output'][-4000:]}") from None
+
+
+def check_promises(figures: dict[str, Any], kills: int) -> None:
+    """The figures' checks (``assert_promises_held`` adds the run's output on failure)."""
     k, r, v = figures["kills"], figures["readers"], figures["verification"]
     assert k["total"] == kills and k["writer_crashes"] == []
     assert k["writes_begun"] > 0 and k["mid_write"] is not None, "the store was never observed"
