@@ -2,7 +2,8 @@
 
 Each command module exposes ``register(subparsers)``; a command's handler takes
 the parsed arguments and returns an exit code. Deliberate errors print one line
-that says what to fix and exit 2 — never a traceback.
+that says what to fix and exit with the code their kind calls for (see
+``common.EXIT_CODES_HELP``, printed by ``voxcache --help``) — never a traceback.
 """
 
 from __future__ import annotations
@@ -13,14 +14,17 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import VoxcacheError
-from . import bench, cache_commands, rerender, serve, warm
+from . import bench, cache_commands, entries, purge, rerender, serve, warm
+from .common import EXIT_CODES_HELP, exit_code_for, print_json
 
-COMMAND_MODULES = [cache_commands, serve, warm, bench, rerender]
+COMMAND_MODULES = [cache_commands, entries, purge, serve, warm, bench, rerender]
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the parser with every command registered."""
-    parser = argparse.ArgumentParser(prog="voxcache", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="voxcache", description=__doc__.splitlines()[0],
+                                     epilog=EXIT_CODES_HELP,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cache-dir", help="cache folder (default: $VOXCACHE_DIR or "
                         "~/.cache/voxcache)")
     parser.add_argument("--config", help="TOML settings file (default: $VOXCACHE_CONFIG)")
@@ -40,8 +44,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except VoxcacheError as exc:
+        code = exit_code_for(exc)
         print(f"voxcache: error: {exc}", file=sys.stderr)
-        return 2
+        if getattr(args, "json", False):
+            print_json({"error": {"message": str(exc), "exit_code": code}})
+        return code
     except KeyboardInterrupt:
         return 130
 

@@ -1,0 +1,175 @@
+"""``voxcache purge``: delete stored entries by key, voice, tenant, age, or all of them.
+
+A voice is named the way clients name it, so ``--voice`` resolves it as the
+service does before matching the canonical voice the index records: the config
+file's ``[voice_aliases]`` first, then the engine's own names and aliases
+(``Engine.voices``), then OpenAI's voice names (which mean the engine's default
+voice). ``--dry-run`` lists what would go and deletes nothing. Deletes go
+through ``Cache.delete``, the one path that reaches every tier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ..config import Settings
+from ..engine import Engine
+from ..errors import VoxcacheError
+from ..runtime import open_cache
+from ..tiers.index import Index, IndexRow
+from .common import FAILED, OK, USAGE, print_json, settings_from, warn
+from .keys import resolve_key, short_key
+
+console = Console()
+ROWS_SHOWN = 20
+"""Entries listed one by one in the human output; the rest are counted."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the ``purge`` command."""
+    p = subparsers.add_parser("purge", help="delete entries by key, voice, tenant, age, or all "
+                              "(conditions combine: all must hold)")
+    p.add_argument("--key", action="append", default=[], help="a full key or unique prefix "
+                   "(repeatable)")
+    p.add_argument("--voice", help="a voice as clients name it: an engine voice, one of its "
+                   "aliases, a [voice_aliases] name, or an OpenAI voice name")
+    p.add_argument("--tenant")
+    p.add_argument("--older-than", type=float, metavar="SECONDS")
+    p.add_argument("--all", action="store_true")
+    p.add_argument("--dry-run", action="store_true", help="list what would be deleted; "
+                   "delete nothing")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(handler=purge)
+
+
+def purge(args: argparse.Namespace) -> int:
+    """Delete the selected entries from every tier (or, with --dry-run, list them)."""
+    if not (args.key or args.voice or args.tenant or args.older_than is not None or args.all):
+        warn("say what to purge: --key, --voice, --tenant, --older-than or --all")
+        return USAGE
+    settings = settings_from(args)
+    voice = resolve_voice(args.voice, settings) if args.voice else None
+    cache = open_cache(settings)
+    try:
+        index = cache.disk.index
+        keys = [resolve_key(index, given).key for given in args.key]
+        where, params = _filter(args, keys, voice["canonical"] if voice else None)
+        rows = index.rows(where, params, order="key")
+        shorts = {r.key: short_key(index, r.key) for r in rows[:ROWS_SHOWN]}
+        voices_stored = _voices(index) if voice and not rows else None
+        deleted = 0
+        if not args.dry_run:
+            for row in rows:
+                deleted += bool(cache.delete(row.key, row.kind))
+    finally:
+        cache.close()
+    report = {"dry_run": args.dry_run, "voice": voice, "matched": len(rows),
+              "bytes": sum(r.size for r in rows), "deleted": deleted,
+              "entries": [_entry(r, shorts.get(r.key)) for r in rows]}
+    if args.json:
+        print_json(report)
+    else:
+        _print(report, rows, shorts, voices_stored)
+    named = bool(args.key or args.voice or args.tenant)
+    return FAILED if named and not rows else OK
+
+
+def resolve_voice(name: str, settings: Settings) -> dict[str, str]:
+    """The canonical voice the index records for ``name``, and how it was found."""
+    aliases = {str(k): str(v) for k, v in settings.extra.get("voice_aliases", {}).items()}
+    try:
+        from ..runtime import load_configured_engine
+
+        engine: Engine | None = load_configured_engine(settings)
+    except VoxcacheError as exc:
+        warn(f"cannot load the engine to resolve its voice names ({exc}); matching "
+             f"{name!r} through [voice_aliases] only")
+        engine = None
+    canonical, how = canonical_voice(name, aliases, engine)
+    return {"asked": name, "canonical": canonical, "how": how}
+
+
+def canonical_voice(name: str, aliases: Mapping[str, str],
+                    engine: Engine | None) -> tuple[str, str]:
+    """(canonical voice, how it was resolved), in the order the service resolves names."""
+    voices: Mapping[str, str] = engine.voices if engine is not None else {}
+    if name in aliases:
+        target = aliases[name]
+        canonical = voices.get(target, target)
+        via = f" (the engine's name for {canonical})" if canonical != target else ""
+        return canonical, f"[voice_aliases] {name} = {target}{via}"
+    if name in voices:
+        canonical = voices[name]
+        return canonical, ("an engine voice" if canonical == name
+                           else f"the engine's alias of {canonical}")
+    if engine is not None and engine.default_voice and name in _openai_voices():
+        return engine.default_voice, "an OpenAI voice name: the engine's default voice"
+    return name, "as given (not a voice or alias this engine knows)"
+
+
+def _openai_voices() -> tuple[str, ...]:
+    try:
+        from ..service.options import OPENAI_VOICES
+    except ImportError:  # the service extra is not installed: no OpenAI names to map
+        return ()
+    return OPENAI_VOICES
+
+
+def _filter(args: argparse.Namespace, keys: list[str],
+            voice: str | None) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    if keys:
+        clauses.append(f"key IN ({','.join('?' * len(keys))})")
+        params += keys
+    if voice is not None:
+        clauses.append("voice = ?")
+        params.append(voice)
+    if args.tenant:
+        clauses.append("tenant = ?")
+        params.append(args.tenant)
+    if args.older_than is not None:
+        clauses.append("created < ?")
+        params.append(time.time() - args.older_than)
+    return " AND ".join(clauses) or "1", params
+
+
+def _voices(index: Index) -> dict[str, int]:
+    return dict(index.query("SELECT voice, count(*) FROM entries GROUP BY voice ORDER BY 2 DESC"))
+
+
+def _entry(row: IndexRow, short: str | None) -> dict[str, Any]:
+    return {"key": row.key, "short": short, "kind": row.kind, "bytes": row.size,
+            "tenant": row.tenant, "voice": row.voice, "pinned": row.pinned, "text": row.text}
+
+
+def _print(report: dict[str, Any], rows: list[IndexRow], shorts: dict[str, str],
+           voices_stored: dict[str, int] | None) -> None:
+    voice = report["voice"]
+    if voice is not None:
+        console.print(f"voice {voice['asked']!r} → {voice['canonical']!r}: {voice['how']}")
+    if rows:
+        table = Table("key", "kind", "bytes", "pin", "voice", "text",
+                      title="would be purged" if report["dry_run"] else "purged",
+                      title_justify="left")
+        for row in rows[:ROWS_SHOWN]:
+            table.add_row(shorts[row.key], row.kind, f"{row.size:,}",
+                          "yes" if row.pinned else "", row.voice, row.text[:50])
+        console.print(table)
+        if len(rows) > ROWS_SHOWN:
+            console.print(f"… and {len(rows) - ROWS_SHOWN} more")
+    if report["dry_run"]:
+        console.print(f"dry run: {report['matched']} entries ({report['bytes']:,} bytes) would "
+                      "be purged; nothing was deleted")
+    else:
+        console.print(f"purged {report['deleted']} entries ({report['bytes']:,} bytes)")
+    if voices_stored is not None:
+        stored = ", ".join(f"{v or '(none)'} ({n})" for v, n in voices_stored.items())
+        console.print(f"no entry has voice {voice['canonical']!r}; voices stored: "
+                      f"{stored or 'none'}")
