@@ -26,17 +26,22 @@ def test_warm_renders_missing_pins_and_reports_failures(tmp_path) -> None:
     phrases.write_text("phrases:\n"
                        "  - {text: 'Welcome! Please order at the counter.', pin: true}\n"
                        "  - {text: 'Mind the gap.', voice: bass, params: {pitch: 1.5}}\n"
-                       "  - {text: 'Nobody speaks this.', language: tlh}\n")
+                       "  - {text: 'Nobody speaks this.', language: tlh}\n"
+                       "  - {text: 'Nobody sings this.', voice: soprano}\n")
     cache_dir = tmp_path / "cache"
     first = run_cli("--cache-dir", str(cache_dir), "--engine", "tone", "warm", str(phrases),
                     "--json")
-    assert first.returncode == 1, first.stderr
-    summary = json.loads(first.stdout.strip().splitlines()[-1])
+    assert first.returncode == 1, first.stderr  # the unknown voice is a real failure
+    summary = json.loads(first.stdout)
     assert (summary["rendered"], summary["cached"], summary["pinned"]) == (2, 0, 1)
-    assert "tlh" in summary["failed"][0]["error"]
+    assert [f["text"] for f in summary["failed"]] == ["Nobody sings this."]
+    assert "soprano" in summary["failed"][0]["error"]
+    # A language the engine does not speak is skipped and counted, not failed.
+    assert (summary["skipped"], summary["skipped_languages"]) == (1, {"tlh": 1})
+    assert "tlh (1)" in first.stderr
     second = run_cli("--cache-dir", str(cache_dir), "--engine", "tone", "warm", str(phrases),
                      "--json", "--pin")
-    summary = json.loads(second.stdout.strip().splitlines()[-1])
+    summary = json.loads(second.stdout)
     assert (summary["rendered"], summary["cached"], summary["pinned"]) == (0, 2, 2)
     cache = Cache(cache_dir)
     try:

@@ -5,19 +5,22 @@ would wait for a render. The usage table remembers which requests were asked
 for under the old revision (with their full key payload); this command renders
 the most-asked of them with the current engine ahead of traffic. It renders
 strictly (never serving the old take) and skips what is already there, so it
-can be stopped and run again.
+can be stopped and run again. A revision this cache has never seen is an error
+that lists the revisions it has (a typo must not look like "nothing to do").
 """
 
 from __future__ import annotations
 
 import argparse
+from collections import defaultdict
 from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from ..errors import VoxcacheError
+from ..errors import NotFound, VoxcacheError
+from ..upgrades import DB_NAME as ALIASES_DB
 from ..usage import Usage, request_from_payload
-from .common import print_json, settings_from
+from .common import FAILED, OK, print_json, progress_console, read_only_db, settings_from
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -63,9 +66,12 @@ def rerender(args: argparse.Namespace) -> int:
             rows = []
         else:
             rows = candidates(cached.usage, args.from_revision, args.top)
+            if not rows:
+                _check_known(cached, args.from_revision)
+                summary["note"] = "no request asked under that revision is recorded"
         columns = (TextColumn("re-rendering"), BarColumn(), MofNCompleteColumn(),
                    TextColumn("{task.fields[text]}"), TimeRemainingColumn())
-        with Progress(*columns, transient=args.json) as progress:
+        with Progress(*columns, console=progress_console, disable=args.json) as progress:
             task = progress.add_task("rerender", total=len(rows), text="")
             for row in rows:
                 progress.update(task, text=str(row["text"])[:40])
@@ -81,7 +87,42 @@ def rerender(args: argparse.Namespace) -> int:
               f"{summary['rendered']}, already cached {summary['cached']}, skipped "
               f"{summary['skipped']} (cloned voices), failed {len(summary['failed'])}"
               + (f" — {summary['note']}" if "note" in summary else ""))
-    return 1 if summary["failed"] else 0
+    return FAILED if summary["failed"] else OK
+
+
+def revisions(cached: Any) -> dict[str, dict[str, int]]:
+    """Model revisions this cache knows: requests asked (usage table), takes stored (index)
+    and lineages pointing at them (alias table)."""
+    found: dict[str, dict[str, int]] = defaultdict(lambda: {"asked": 0, "stored": 0,
+                                                            "latest": 0})
+    cached.usage.flush()
+    with read_only_db(cached.usage.path) as db:
+        if db is not None:
+            for model, n in db.execute("SELECT model, count(*) FROM usage WHERE json_extract("
+                                       "payload, '$.kind') = 'audio' GROUP BY model"):
+                found[model]["asked"] += n
+    for model, n in cached.cache.disk.index.query(
+            "SELECT model, count(*) FROM entries WHERE kind = 'audio' AND model != '' "
+            "GROUP BY model"):
+        found[model]["stored"] += n
+    with read_only_db(cached.cache.root / ALIASES_DB) as db:
+        if db is not None:
+            for model, n in db.execute("SELECT model, count(*) FROM aliases GROUP BY model"):
+                found[model]["latest"] += n
+    return dict(found)
+
+
+def _check_known(cached: Any, revision: str) -> None:
+    """Raise NotFound naming the revisions there are, unless ``revision`` is one of them."""
+    known = revisions(cached)
+    if revision in known:
+        return
+    current = cached.engine.model_revision
+    listed = "; ".join(
+        f"{model}{' (current)' if model == current else ''}: {n['asked']} request(s) asked, "
+        f"{n['stored']} take(s) stored" for model, n in sorted(known.items()))
+    raise NotFound(f"this cache has no takes or requests of model revision {revision!r}; "
+                   f"revisions it knows: {listed or 'none (nothing was rendered here yet)'}")
 
 
 def _one(cached: Any, row: dict[str, Any], summary: dict[str, Any]) -> None:

@@ -4,8 +4,12 @@ It works on the cache folder directly (the same files a running server reads,
 so a server sees the takes at once), or with ``--server URL`` through a running
 service, where its renders queue behind every listener's (``X-Voxcache-Priority:
 background``). Either way it skips phrases already stored, renders the rest one
-by one, and reports each failure with its reason instead of stopping: one
-phrase in a language the engine does not speak must not cost the others.
+by one, and reports each failure with its reason instead of stopping.
+
+A phrase list is shared between deployments (the shipped ``hot_phrases.json``
+has English and Chinese lines), so a line in a language this engine does not
+speak is not a failure of this warm: it is skipped, counted and named in one
+warning. Only a phrase the engine could render and did not makes the exit code 1.
 """
 
 from __future__ import annotations
@@ -13,12 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidParameter, VoxcacheError
 from ..request import SynthesisRequest
-from .common import print_json, settings_from
+from .common import FAILED, OK, print_json, progress_console, settings_from, warn
 
 FIELDS = {"text", "voice", "language", "instruct", "seed", "speed", "params", "ttl", "pin",
           "prompt_text"}
@@ -67,8 +73,22 @@ def load_phrases(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
+def speaks(languages: Sequence[str], language: str | None) -> bool:
+    """True when an engine speaking ``languages`` accepts ``language`` (None: its default).
+
+    The request resolver's rule, applied before a render (and to a remote service's
+    ``/v1/engine`` list): exact after case and ``_``/``-`` folding, or a bare primary
+    language when the engine has exactly one variant of it ("en" → "en-us").
+    """
+    if not language:
+        return True
+    wanted = language.strip().lower().replace("_", "-")
+    same_primary = [lang for lang in languages if lang.split("-")[0] == wanted]
+    return wanted in languages or len(same_primary) == 1
+
+
 def warm(args: argparse.Namespace) -> int:
-    """Render what is missing, pin what is asked; exit 1 if any phrase failed."""
+    """Render what is missing, pin what is asked; exit 1 if a phrase the engine speaks failed."""
     from rich.progress import Progress
 
     from ..runtime import open_cached_engine
@@ -81,35 +101,47 @@ def warm(args: argparse.Namespace) -> int:
         phrases = load_phrases(args.file)
     else:
         raise InvalidParameter("name a phrases FILE or use --from-top-misses N")
-    summary: dict[str, Any] = {"rendered": 0, "cached": 0, "pinned": 0, "failed": []}
+    summary: dict[str, Any] = {"rendered": 0, "cached": 0, "pinned": 0, "failed": [],
+                               "skipped": 0, "skipped_languages": {}}
     if args.server:
         from .warm_remote import RemoteWarmer
 
         warmer: Any = RemoteWarmer(args.server, args.api_key)
+        languages = warmer.languages()
     else:
         # A batch job beside a live server: lowest CPU priority, set before the engine
         # starts its threads so they inherit it.
         os.nice(19 - os.nice(0))
         warmer = open_cached_engine(settings_from(args))
+        languages = warmer.engine.languages
+    unspoken: Counter[str] = Counter()
     try:
-        with Progress(transient=args.json) as progress:
+        with Progress(console=progress_console, disable=args.json) as progress:
             task = progress.add_task("warming", total=len(phrases))
             for phrase in phrases:
-                if args.server:
+                if languages is not None and not speaks(languages, phrase.get("language")):
+                    unspoken[str(phrase["language"])] += 1
+                elif args.server:
                     warmer.warm(phrase, args.pin, summary)
                 else:
                     _warm_one(warmer, phrase, args.pin, summary)
                 progress.advance(task)
     finally:
         warmer.close() if args.server else warmer.cache.close()
+    summary["skipped"], summary["skipped_languages"] = unspoken.total(), dict(unspoken)
+    if unspoken:
+        named = ", ".join(f"{lang} ({n})" for lang, n in unspoken.most_common())
+        warn(f"skipped {unspoken.total()} phrase(s) in languages the engine does not speak: "
+             f"{named}; it speaks {', '.join(languages or ())}")
     if args.json:
         print_json(summary)
     else:
         print(f"rendered {summary['rendered']}, already cached {summary['cached']}, pinned "
-              f"{summary['pinned']}, failed {len(summary['failed'])}")
+              f"{summary['pinned']}, skipped {summary['skipped']} (language), failed "
+              f"{len(summary['failed'])}")
         for failure in summary["failed"]:
             print(f"  failed: {failure['text']!r}: {failure['error']}")
-    return 1 if summary["failed"] else 0
+    return FAILED if summary["failed"] else OK
 
 
 def _warm_one(cached: Any, phrase: dict[str, Any], pin_all: bool,

@@ -4,7 +4,9 @@ Each phrase is one ``POST /v1/synthesize`` with ``X-Voxcache-Priority:
 background``, so the service queues these renders after every interactive one;
 ``X-Cache: HIT`` means the phrase was already stored. A 503 (the service is
 full) is retried after its ``Retry-After``, a bounded number of times; any other
-refusal is reported for that phrase and the list goes on.
+refusal is reported for that phrase and the list goes on. The service's
+``/v1/engine`` says which languages it speaks, so lines in other languages are
+skipped before they are sent, exactly as a direct warm skips them.
 """
 
 from __future__ import annotations
@@ -25,6 +27,18 @@ class RemoteWarmer:
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         self.client = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+
+    def languages(self) -> list[str] | None:
+        """The languages the service's engine speaks (None if it does not say: then every
+        phrase is sent, and the service's answer decides)."""
+        try:
+            answer = self.client.get("/v1/engine")
+            languages = answer.json()["languages"] if answer.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return None
+        if not isinstance(languages, list) or not all(isinstance(x, str) for x in languages):
+            return None
+        return languages
 
     def warm(self, phrase: dict[str, Any], pin_all: bool, summary: dict[str, Any]) -> None:
         """Render (or find) one phrase and pin it if asked; record the outcome."""
