@@ -47,6 +47,9 @@ AIM_PATIENCE = {"tone": 2.0, "piper": 20.0}
 """An aimed kill waits this long after the fork for the writer to enter ``Cache.put``, then
 fires anyway."""
 POLL = 0.0001
+LEFTOVERS = ("temp_files", "root_temp_files", "stray_files", "key_lock_files",
+             "index_rows_without_files", "files_without_index_rows")
+"""What must be gone once a fresh ``Cache`` has opened the folder (see ``chaos_audit``)."""
 
 
 @dataclass(slots=True)
@@ -339,9 +342,7 @@ def assemble(args: argparse.Namespace, supervisor: Supervisor, before: Survey, a
     readers = board.reader_slots
     mid_write = tally.phases[Phase.PUT.name] if tally.puts_begun else None
     after_figures = after.figures()
-    leftovers = {name: after_figures[name] for name in (
-        "temp_files", "stray_files", "lock_files", "index_rows_without_files",
-        "files_without_index_rows")}
+    leftovers = {name: after_figures[name] for name in LEFTOVERS}
     figures: dict[str, Any] = {
         "parameters": {"kills": args.kills, "engine": args.engine, "writers": args.writers,
                        "readers": args.readers, "aimed_share": args.aimed, "seed": args.seed,

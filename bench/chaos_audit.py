@@ -20,6 +20,7 @@ from voxcache import Cache, CacheConfig, CachedEngine
 from .chaos_workload import Workload, fresh_render, same_take
 
 PUBLISHED = re.compile(r"^[0-9a-f]{64}\.(wav|vxc)$")
+KEY_LOCK = re.compile(r"^[0-9a-f]{64}\.lock$")
 TEMP_MARK = ".tmp-"
 """How voxcache names files it has not published yet (writes and the start-up probe)."""
 
@@ -31,11 +32,17 @@ class Survey:
     entries: dict[str, Path]
     """Published entry files by key."""
     temp_files: int
-    """Unpublished write files anywhere in the folder (a dead writer's, or a probe's)."""
+    """Unpublished write files under ``objects/`` (a dead writer's; swept at start)."""
+    root_temp_files: int
+    """Temp files anywhere else (e.g. the write probe a process makes as it opens the
+    folder)."""
     stray_files: int
     """Other files under ``objects/`` that are neither entries nor temp files."""
-    lock_files: int
-    """Per-key lock files under ``locks/``; with no process running, every one is orphaned."""
+    key_lock_files: int
+    """Per-key lock files (``locks/ab/<key>.lock``); with no process running, every one is
+    orphaned (the holder unlinks its own before releasing it)."""
+    named_lock_files: int
+    """Other files under ``locks/`` (fixed-name locks kept on purpose; not leftovers)."""
     quarantined: int
     """Files moved to ``quarantine/`` (entries that failed verification)."""
     index_keys: set[str] | None
@@ -48,7 +55,9 @@ class Survey:
             rows_without_files = len(self.index_keys - set(self.entries))
             files_without_rows = len(set(self.entries) - self.index_keys)
         return {"entries": len(self.entries), "temp_files": self.temp_files,
-                "stray_files": self.stray_files, "lock_files": self.lock_files,
+                "root_temp_files": self.root_temp_files, "stray_files": self.stray_files,
+                "key_lock_files": self.key_lock_files,
+                "named_lock_files": self.named_lock_files,
                 "quarantined": self.quarantined, "index_rows": (
                     None if self.index_keys is None else len(self.index_keys)),
                 "index_rows_without_files": rows_without_files,
@@ -58,24 +67,26 @@ class Survey:
 def survey(root: Path) -> Survey:
     """Count entries, leftovers and index rows in a cache folder nobody is using."""
     entries: dict[str, Path] = {}
-    temp = stray = 0
+    counts = dict.fromkeys(("temp", "root_temp", "stray", "key_lock", "named_lock"), 0)
     for folder, _dirs, files in os.walk(root):
-        inside_objects = Path(folder).is_relative_to(root / "objects")
+        place = Path(folder).relative_to(root).parts[:1]
         for name in files:
-            if name.startswith(TEMP_MARK):
-                temp += 1
-            elif inside_objects and PUBLISHED.match(name):
-                entries[name[:64]] = Path(folder) / name
-            elif inside_objects:
-                stray += 1
-    return Survey(entries=entries, temp_files=temp, stray_files=stray,
-                  lock_files=_count_files(root / "locks"),
-                  quarantined=_count_files(root / "quarantine"),
+            if place == ("objects",):
+                if name.startswith(TEMP_MARK):
+                    counts["temp"] += 1
+                elif PUBLISHED.match(name):
+                    entries[name[:64]] = Path(folder) / name
+                else:
+                    counts["stray"] += 1
+            elif name.startswith(TEMP_MARK):
+                counts["root_temp"] += 1
+            elif place == ("locks",):
+                counts["key_lock" if KEY_LOCK.match(name) else "named_lock"] += 1
+    return Survey(entries=entries, temp_files=counts["temp"],
+                  root_temp_files=counts["root_temp"], stray_files=counts["stray"],
+                  key_lock_files=counts["key_lock"], named_lock_files=counts["named_lock"],
+                  quarantined=sum(len(files) for _f, _d, files in os.walk(root / "quarantine")),
                   index_keys=_index_keys(root / "index.sqlite3"))
-
-
-def _count_files(folder: Path) -> int:
-    return sum(len(files) for _folder, _dirs, files in os.walk(folder))
 
 
 def _index_keys(path: Path) -> set[str] | None:

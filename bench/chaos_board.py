@@ -133,16 +133,16 @@ class Board:
     # -- what readers look at ----------------------------------------------------
     def requests_in_flight(self) -> list[int]:
         """Ids writers are rendering or storing right now (what a reader races)."""
-        rows = self._ints[: self.writers]
+        # One copy, so each field is read once: a slot being reset for a new life can still
+        # pair an old phase with the zeroed request (no id of any life), which is dropped.
+        rows = self._ints[: self.writers].copy()
         busy = (rows[:, Field.PHASE] >= Phase.RENDERING) & (rows[:, Field.PHASE] <= Phase.PUT)
-        # Fields are read one by one: a slot being reset for a new life can pair an old
-        # phase with the zeroed request, which is no id of any life.
         busy &= rows[:, Field.REQUEST] >= STRIDE
         return [int(r) for r in rows[busy, Field.REQUEST]]
 
     def requests_done(self) -> list[int]:
         """Ids writers finished last (stored, unless the store failed)."""
-        return [int(r) for r in self._ints[: self.writers, Field.LAST_DONE] if r >= 0]
+        return [int(r) for r in self._ints[: self.writers, Field.LAST_DONE].copy() if r >= 0]
 
     def lives_started(self) -> int:
         """Highest life number any writer slot holds (ids below it may be stored)."""

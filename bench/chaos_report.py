@@ -44,7 +44,7 @@ def rows(figures: dict[str, Any]) -> list[tuple[str, str, Any]]:
         ("readers", "torn or wrong takes served", r["torn_or_wrong_served"]),
         ("readers", "misses / errors", f"{r['misses']:,} / {r['errors']:,}"),
         ("restart", "temp files before restart", before["temp_files"]),
-        ("restart", "lock files before restart", before["lock_files"]),
+        ("restart", "per-key lock files before restart", before["key_lock_files"]),
         ("restart", "quarantined during the run", before["quarantined"]),
         *[("restart", f"leftover after restart: {name.replace('_', ' ')}", value)
           for name, value in left.items()],

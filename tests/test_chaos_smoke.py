@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,9 @@ from voxcache import Cache, CachedEngine
 from voxcache.entry import audio_entry
 
 REPO = Path(__file__).resolve().parent.parent
+KNOWN_LEAKS = ("key_lock_files", "root_temp_files")
+"""Leftovers a restart does not remove today (each has a strict xfail below that shows it
+deterministically); every other leftover must be 0."""
 TONE = Workload("tone", 0.0)
 GOOD, WRONG, TORN = STRIDE, STRIDE + 1, STRIDE + 2
 
@@ -66,9 +70,8 @@ def check_promises(figures: dict[str, Any], kills: int) -> None:
     assert (v["mismatched"], v["unknown"], v["not_served"]) == (0, 0, 0)
     assert v["verified"] == v["stored"] == figures["after_restart"]["entries"]
     left = figures["leftovers_after_restart"]
-    assert {name: left[name] for name in ("temp_files", "stray_files", "index_rows_without_files",
-                                          "files_without_index_rows")} == dict.fromkeys(
-        ("temp_files", "stray_files", "index_rows_without_files", "files_without_index_rows"), 0)
+    assert {name: n for name, n in left.items() if name not in KNOWN_LEAKS} == {
+        name: 0 for name in left if name not in KNOWN_LEAKS}
     assert figures["returncode"] == (1 if figures["broken_promises"] else 0)
 
 
@@ -78,12 +81,45 @@ def test_twenty_kills_serve_nothing_torn_and_leave_nothing_after_restart(twenty_
     assert "kills mid-write" in twenty_kills["output"]  # the table was printed
 
 
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="a writer killed while it holds a key's lock leaves "
-                   "locks/<ab>/<key>.lock behind and nothing ever removes it (reported with "
-                   "issue 8; the chaos run counts them)")
-def test_no_orphan_lock_files_after_restart(twenty_kills):
-    assert twenty_kills["leftovers_after_restart"]["lock_files"] == 0
+HOLD_A_KEY_LOCK = """
+import sys
+from voxcache import Cache, CachedEngine, SynthesisRequest, load_engine
+cached = CachedEngine(load_engine("tone"), Cache(sys.argv[1]))
+cached.synthesize(SynthesisRequest("Held until killed.", params={"delay": 60.0}))
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="a renderer killed while it holds a key's lock leaves "
+                   "locks/<ab>/<key>.lock behind, and neither a restart nor anything else "
+                   "removes it (reported with issue 8)")
+def test_a_restart_removes_the_lock_file_of_a_killed_renderer(tmp_path):
+    root = tmp_path / "cache"
+    renderer = subprocess.Popen([sys.executable, "-c", HOLD_A_KEY_LOCK, str(root)], cwd=REPO)
+    try:
+        deadline = time.monotonic() + 30
+        while not list((root / "locks").rglob("*.lock")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        renderer.kill()
+        renderer.wait()
+    assert survey(root).key_lock_files == 1, "the renderer never took its key's lock"
+    Cache(root).close()  # a restart: sweep and reconcile
+    assert survey(root).key_lock_files == 0
+
+
+@pytest.mark.xfail(strict=True, reason="the write probe a process makes while opening the "
+                   "folder (.tmp-probe-<pid> in the cache root) stays forever if the process "
+                   "is killed between writing and removing it: the start-up sweep only looks "
+                   "under objects/ (reported with issue 8)")
+def test_a_restart_removes_the_write_probe_of_a_killed_process(tmp_path):
+    root = tmp_path / "cache"
+    Cache(root).close()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # its pid names no live process, as after a kill
+    (root / f".tmp-probe-{gone.pid}").write_bytes(b"ok")
+    assert survey(root).root_temp_files == 1
+    Cache(root).close()
+    assert survey(root).root_temp_files == 0
 
 
 @pytest.mark.slow
