@@ -38,6 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="label of the model behind --upstream; change it when that model changes")
     p.add_argument("--graceful-timeout", type=float, default=30.0,
                    help="seconds to let in-flight requests finish on shutdown")
+    p.add_argument("--no-access-log", action="store_true",
+                   help="no per-request log line ([service] access_log = false)")
     p.set_defaults(handler=serve)
 
 
@@ -49,6 +51,8 @@ def serve(args: argparse.Namespace) -> int:
     from ..service.app import create_app
     from ..service.options import service_options
 
+    if args.no_access_log:  # through the environment, so --workers processes see it too
+        os.environ["VOXCACHE_SERVICE_ACCESS_LOG"] = "0"
     settings = settings_from(args, upstream=args.upstream,
                              upstream_revision=args.upstream_revision)
     options = service_options(settings, allow_public=args.allow_public or None)

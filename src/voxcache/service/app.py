@@ -19,6 +19,7 @@ from ..cached import CachedEngine
 from ..config import Settings, load_settings
 from ..runtime import open_cached_engine
 from . import admin, errors, speech, stored, voice_routes
+from .access_log import AccessLog
 from .admission import Admission
 from .fastpath import StoredAudioFastPath
 from .guard import BodyLimit
@@ -60,6 +61,7 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
         app.include_router(module.router)
     app.add_middleware(BodyLimit, options=options)
     app.add_middleware(StoredAudioFastPath)  # outermost: memory hits skip everything else
+    app.add_middleware(AccessLog, enabled=options.access_log)  # sees the fast path's answers too
     return app
 
 

@@ -51,6 +51,8 @@ class ServiceOptions:
     privacy: bool = False
     """Default for uploads: keep only the fingerprint, never the raw clip."""
     allow_public: bool = False
+    access_log: bool = True
+    """One line per request on the ``voxcache.access`` logger (service/access_log.py)."""
     voice_aliases: dict[str, str] = field(default_factory=dict)
     """Extra voice name → engine voice; OpenAI names map to the default voice unless set."""
     api_keys: dict[str, str] = field(default_factory=dict)
@@ -67,7 +69,7 @@ class ServiceOptions:
 _NUMBERS = {"render_concurrency": int, "render_queue": int, "io_threads": int,
             "max_upload_seconds": float, "request_timeout": float, "switch_interval": float}
 _SIZES = ("max_body_bytes", "max_upload_bytes")
-_BOOLS = ("privacy", "allow_public")
+_BOOLS = ("privacy", "allow_public", "access_log")
 
 
 def service_options(settings: Settings, **overrides: Any) -> ServiceOptions:
