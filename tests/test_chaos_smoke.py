@@ -97,7 +97,7 @@ def test_a_restart_removes_the_lock_file_of_a_killed_renderer(tmp_path):
     renderer = subprocess.Popen([sys.executable, "-c", HOLD_A_KEY_LOCK, str(root)], cwd=REPO)
     try:
         deadline = time.monotonic() + 30
-        while not list((root / "locks").rglob("*.lock")) and time.monotonic() < deadline:
+        while not list(root.glob("locks/??/*.lock")) and time.monotonic() < deadline:
             time.sleep(0.02)
     finally:
         renderer.kill()
