@@ -21,7 +21,7 @@ import sys
 import threading
 import tracemalloc
 from collections.abc import Callable, Iterator
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import blake3
 import httpx
@@ -32,8 +32,7 @@ from voxcache import Cache, CachedEngine
 from voxcache.audio import fingerprint_reference
 from voxcache.config import load_settings
 from voxcache.engines.tone import ToneEngine
-from voxcache.errors import BadReferenceAudio, InvalidParameter
-from voxcache.references import ReferenceFolders, ReferenceTooLarge
+from voxcache.errors import InvalidParameter
 from voxcache.service import create_app
 
 from .servers import free_port, serve_app, wait_until
@@ -239,7 +238,7 @@ def test_tenants_read_only_their_own_folder(tree, tmp_path) -> None:
         own = [tts(url, p, as_tenant("acme")) for p in ("voice.wav",
                                                          str(root / "acme" / "voice.wav"))]
         zeta = tts(url, "voice.wav", as_tenant("zeta"))
-        attacks = ["../zeta/voice.wav", str(root / "zeta" / "voice.wav"), "zeta/voice.wav",
+        attacks = [str(root / "zeta" / "voice.wav"), "../zeta/voice.wav", "zeta/voice.wav",
                    str(root / "voice.wav"), "peek.wav", "../voice.wav", str(root / "acme")]
         refused = {p: tts(url, p, as_tenant("acme")) for p in attacks}
         probe = root / "acme" / "probe.wav"
@@ -341,6 +340,9 @@ def test_gateway_keys_by_content_and_reads_nothing_outside(tree, tmp_path) -> No
     (acme / "voice.wav").write_bytes(clip(300))
     (acme / "copy.wav").write_bytes(clip(300))
     (acme / "link-out.wav").symlink_to(secret)
+    (acme / "takes").mkdir()
+    (acme / "takes" / "v3.wav").write_bytes(clip(555))
+    (acme / "current.wav").symlink_to("takes/v3.wav")  # stays inside: followed
     upstream = gpt_sovits_app(acme)
     config = write_config(tmp_path / "g.toml", [root], tenants=True)
     with serve_app(upstream) as upstream_url:
@@ -356,6 +358,7 @@ def test_gateway_keys_by_content_and_reads_nothing_outside(tree, tmp_path) -> No
             calls_before = len(upstream.state.calls)
             (acme / "voice.wav").write_bytes(clip(450))  # the operator replaces it in place
             replaced = tts(url, "voice.wav", key, **fields)
+            linked = tts(url, "current.wav", key, **fields)
             attacks = ["/etc/passwd", str(secret), "../../outside/secret.wav", "link-out.wav",
                        "../voice.wav", str(root / "voice.wav")]
             refused = {p: tts(url, p, key, **fields) for p in attacks}
@@ -364,12 +367,13 @@ def test_gateway_keys_by_content_and_reads_nothing_outside(tree, tmp_path) -> No
                 for path in (str(secret), "link-out.wav", "copy.wav")]
         app.state.server.cached.cache.close()
     calls = upstream.state.calls
-    assert [r.status_code for r in (first, copy, absolute, replaced)] == [200] * 4, first.text
-    assert [r.headers["X-Cache"] for r in (first, copy, absolute, replaced)] == [
-        "MISS", "HIT", "HIT", "MISS"]
-    assert calls_before == 1 and len(calls) == 2
+    takes = (first, copy, absolute, replaced, linked)
+    assert [r.status_code for r in takes] == [200] * 5, first.text
+    assert [r.headers["X-Cache"] for r in takes] == ["MISS", "HIT", "HIT", "MISS", "MISS"]
+    assert calls_before == 1 and len(calls) == 3
     assert replaced.content != first.content
     assert calls[0]["ref_audio_path"] == str(acme / "voice.wav")  # the shared mount's path
+    assert calls[2]["ref_audio_path"] == str(acme / "takes" / "v3.wav")  # the file, not the link
     assert len({refusal(r, p) for p, r in refused.items()}) == 1
     assert [r.status_code for r in forged] == [400, 400, 400]
     assert REFUSED in forged[0].text and REFUSED in forged[1].text
@@ -383,23 +387,52 @@ def test_gateway_keys_by_content_and_reads_nothing_outside(tree, tmp_path) -> No
         assert "pcm:" not in answer.text and "bytes:" not in answer.text
 
 
-_opened: list[str] = []
-_watching = threading.Event()
-_inside_hook = threading.local()
+_watchers: list[Callable[[str], None]] = []
+_in_hook = threading.local()
 _hooked: list[bool] = []
 
 
-def _record_opens(event: str, args: tuple) -> None:
-    """Audit hook: the resolved target of every file this process opens while watched."""
-    if event != "open" or not _watching.is_set() or getattr(_inside_hook, "busy", False):
+def _audit(event: str, args: tuple) -> None:
+    """Audit hook: hand every path this process is about to open to the watching test.
+
+    Python raises ``open`` before the system call, for ``os.open`` and ``io.open`` alike —
+    so a watcher sees, in the server's own thread, the instant between the last check and
+    the open, in the old code and the new."""
+    if event != "open" or not _watchers or getattr(_in_hook, "busy", False):
         return
     path = args[0]
-    if isinstance(path, str | bytes | os.PathLike):
-        _inside_hook.busy = True
-        try:
-            _opened.append(os.path.realpath(os.fsdecode(path)))
-        finally:
-            _inside_hook.busy = False
+    if not isinstance(path, str | bytes | os.PathLike):
+        return
+    _in_hook.busy = True
+    try:
+        for watcher in list(_watchers):
+            watcher(os.fsdecode(path))
+    finally:
+        _in_hook.busy = False
+
+
+@contextlib.contextmanager
+def watching_opens(watcher: Callable[[str], None]) -> Iterator[None]:
+    if not _hooked:  # audit hooks cannot be removed: one for the session, idle without watchers
+        sys.addaudithook(_audit)
+        _hooked.append(True)
+    _watchers.append(watcher)
+    try:
+        yield
+    finally:
+        _watchers.remove(watcher)
+
+
+def swap_at_open(target: str, attack: Callable[[], None]) -> Callable[[str], None]:
+    """A watcher that runs ``attack`` once, the moment ``target`` is about to be opened."""
+    done: list[bool] = []
+
+    def watcher(path: str) -> None:
+        if os.path.normpath(path) == target and not done:
+            done.append(True)
+            attack()
+
+    return watcher
 
 
 @pytest.mark.piper
@@ -407,75 +440,55 @@ def test_piper_end_to_end_path_rules_come_first(piper, tree, tmp_path) -> None:
     """Real Piper cannot clone, but a path is judged before that: /etc/passwd (through a
     symlink in the root) and a missing clip give the same 400, and /etc/passwd is never
     opened (an audit hook watches every open of this process)."""
-    if not _hooked:  # audit hooks cannot be removed: one, gated by _watching
-        sys.addaudithook(_record_opens)
-        _hooked.append(True)
-    _opened.clear()
     settings = load_settings(write_config(tmp_path / "p.toml", [tree["root"]]),
                              cache_dir=tree["cache"])
     cached = CachedEngine(piper, Cache(settings.cache_dir, settings.cache_config()))
     probe = tree["root"] / "probe.wav"
+    opened: list[str] = []
     with serve_app(create_app(settings, cached=cached)) as url:
         spoken = httpx.post(f"{url}/tts", json={"text": "Platform two."}, timeout=60)
-        _watching.set()
-        try:
+        with watching_opens(lambda path: opened.append(os.path.realpath(path))):
             missing = tts(url, "probe.wav")
             probe.symlink_to("/etc/passwd")
             passwd = tts(url, "probe.wav")
             direct = tts(url, "/etc/passwd")
-        finally:
-            _watching.clear()
         inside = tts(url, "voice.wav")
     cached.cache.close()
-    assert "/etc/passwd" not in _opened, _opened
+    assert "/etc/passwd" not in opened, opened
     assert spoken.status_code == 200 and spoken.content.startswith(b"RIFF"), spoken.text
     assert missing.content == passwd.content
     assert refusal(missing, "probe.wav") == refusal(direct, "/etc/passwd")
     assert inside.status_code == 400 and "cannot clone" in inside.json()["message"]
 
 
-def _attack_at_open(monkeypatch, target: str, attack: Callable[[], None]) -> list[int]:
-    """Run ``attack`` at the one instant between the path checks and ``os.open`` of
-    ``target``; return the descriptors the kernel handed out for it."""
-    real_open = os.open
-    opened: list[int] = []
-
-    def open_after_the_attack(path, flags, *args, **kwargs):
-        if os.fspath(path) != target:
-            return real_open(path, flags, *args, **kwargs)
-        if not opened:
-            attack()
-        opened.append(real_open(path, flags, *args, **kwargs))
-        return opened[-1]
-
-    monkeypatch.setattr(os, "open", open_after_the_attack)
-    return opened
-
-
-def test_a_file_swapped_for_a_symlink_after_the_check_is_never_opened(tmp_path,
-                                                                       monkeypatch) -> None:
-    root = tmp_path / "refs"
-    root.mkdir()
-    (root / "voice.wav").write_bytes(clip(300))
-    secret = tmp_path / "secret.wav"
-    secret.write_bytes(clip(900))
+def test_a_file_swapped_for_a_symlink_after_the_check_is_not_read(tree, tmp_path) -> None:
+    """The clip becomes a symlink to a file outside at the last instant before the open:
+    ``O_NOFOLLOW`` makes that open fail (and an open that followed it would be refused by
+    the post-open check, as in the next test)."""
+    root, secret = tree["root"], tree["secret"]
     target = os.path.realpath(root / "voice.wav")
 
     def swap() -> None:
         os.unlink(target)
         os.symlink(secret, target)
 
-    opened = _attack_at_open(monkeypatch, target, swap)
-    with pytest.raises(BadReferenceAudio, match=REFUSED):
-        ReferenceFolders([root]).read("voice.wav")
-    assert opened == [] and os.path.islink(target)  # O_NOFOLLOW: the open itself failed
+    settings = load_settings(write_config(tmp_path / "r.toml", [root]), cache_dir=tree["cache"])
+    cached = CachedEngine(ToneEngine(), Cache(settings.cache_dir, settings.cache_config()))
+    with (serve_app(create_app(settings, cached=cached)) as url,
+          watching_opens(swap_at_open(target, swap))):
+        raced = tts(url, target)
+    cached.cache.close()
+    assert os.path.islink(target)  # the swap did happen, mid-request
+    refusal(raced, target)
+    assert cached.engine.calls == []
 
 
 def test_a_folder_swapped_for_a_symlink_is_caught_by_what_the_kernel_opened(
-        tmp_path, monkeypatch) -> None:
-    """O_NOFOLLOW guards only the last component: here the open *succeeds* on another
-    tenant's clip, and only the post-open check (/proc/self/fd) refuses it."""
-    root = tmp_path / "refs"
+        tree, tmp_path) -> None:
+    """A folder on the way becomes a symlink into another tenant's folder at the last
+    instant: ``O_NOFOLLOW`` guards only the last component, so the open succeeds on zeta's
+    clip, and the kernel's name for it (/proc/self/fd) is what refuses it."""
+    root = tree["root"]
     for tenant, pitch in (("acme", 300), ("zeta", 900)):
         (root / tenant / "sub").mkdir(parents=True)
         (root / tenant / "sub" / "voice.wav").write_bytes(clip(pitch))
@@ -485,17 +498,24 @@ def test_a_folder_swapped_for_a_symlink_is_caught_by_what_the_kernel_opened(
         (root / "acme" / "sub").rename(root / "acme" / "moved")
         (root / "acme" / "sub").symlink_to(root / "zeta" / "sub")
 
-    opened = _attack_at_open(monkeypatch, target, swap)
-    with pytest.raises(BadReferenceAudio, match=REFUSED):
-        ReferenceFolders([root], per_tenant=True).read("sub/voice.wav", "acme")
-    assert len(opened) == 1  # the kernel did open zeta's clip; none of it was returned
-    with pytest.raises(OSError):
-        os.fstat(opened[0])  # and the descriptor was closed
+    settings = load_settings(write_config(tmp_path / "t.toml", [root], tenants=True),
+                             cache_dir=tree["cache"])
+    cached = CachedEngine(ToneEngine(), Cache(settings.cache_dir, settings.cache_config()))
+    with (serve_app(create_app(settings, cached=cached)) as url,
+          watching_opens(swap_at_open(target, swap))):
+        raced = tts(url, target, as_tenant("acme"))
+    cached.cache.close()
+    assert (root / "acme" / "sub").is_symlink()  # the swap did happen, mid-request
+    refusal(raced, target)
+    assert cached.engine.calls == []
 
 
 def test_a_clip_growing_after_fstat_is_read_no_further_than_the_cap(tmp_path,
                                                                      monkeypatch) -> None:
-    """fstat said 16 KB; by the read it is 64 MB: at most cap + 1 bytes are read (traced)."""
+    """fstat said 16 KB; by the read it is 64 MB: at most cap + 1 bytes are read (traced).
+    A unit test: the old code has no size check to race."""
+    from voxcache.references import ReferenceFolders, ReferenceTooLarge
+
     root = tmp_path / "refs"
     root.mkdir()
     path = root / "voice.wav"
@@ -517,17 +537,6 @@ def test_a_clip_growing_after_fstat_is_read_no_further_than_the_cap(tmp_path,
     finally:
         tracemalloc.stop()
     assert peak < 4 << 20, peak
-
-
-def test_symlinks_inside_are_followed_to_the_file_they_name(tmp_path) -> None:
-    """The upstream is sent the file that was read, not the link: it cannot be re-pointed."""
-    root = tmp_path / "refs"
-    (root / "takes").mkdir(parents=True)
-    (root / "takes" / "v3.wav").write_bytes(clip(300))
-    (root / "current.wav").symlink_to("takes/v3.wav")
-    got = ReferenceFolders([root]).read("current.wav")
-    assert got.relative == PurePosixPath("takes/v3.wav") and got.root == 0
-    assert got.data == (root / "takes" / "v3.wav").read_bytes()
 
 
 def test_reference_settings_are_checked(monkeypatch, tmp_path) -> None:
