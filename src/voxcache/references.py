@@ -129,7 +129,7 @@ class ReferenceFolders:
 
     def _candidates(self, path: str, tenant: str) -> Iterator[tuple[int, str, PurePosixPath]]:
         """(root index, folder the tenant may read there, path relative to it), in root order."""
-        if not isinstance(path, str) or not path or len(path) > MAX_PATH_CHARS or "\0" in path:
+        if not _usable(path):
             raise _Refused("not a usable path string")
         wanted = PurePosixPath(path)
         if ".." in wanted.parts:
@@ -208,6 +208,17 @@ def _refuse_cache_overlap(root: ReferenceRoot, cache_dir: Path) -> None:
         f"reference root {root.configured} {where} the cache folder {cache_dir}: clients "
         "could read stored takes and other tenants' voice clips by path. Name reference "
         "folders outside the cache (reference_roots / VOXCACHE_REFERENCE_ROOTS)")
+
+
+def _usable(path: object) -> bool:
+    """A string the file system can take: not empty, not huge, no NUL, encodable."""
+    if not isinstance(path, str) or not path or len(path) > MAX_PATH_CHARS or "\0" in path:
+        return False
+    try:
+        os.fsencode(path)
+    except UnicodeEncodeError:  # a lone surrogate from JSON ("\ud800")
+        return False
+    return True
 
 
 def _inside(path: str, folder: str) -> bool:

@@ -72,8 +72,9 @@ def as_tenant(tenant: str) -> dict[str, str]:
 
 def tts(url: str, path: str, headers: dict[str, str] | None = None,
         **fields: object) -> httpx.Response:
-    body = {"text": "Platform two.", "ref_audio_path": path, **fields}
-    return httpx.post(f"{url}/tts", json=body, headers=headers, timeout=15)
+    body = json.dumps({"text": "Platform two.", "ref_audio_path": path, **fields})  # \ud800 too
+    return httpx.post(f"{url}/tts", content=body, timeout=15,
+                      headers={"content-type": "application/json", **(headers or {})})
 
 
 def refusal(response: httpx.Response, path: str) -> str:
@@ -184,7 +185,7 @@ def test_every_way_out_of_the_roots_is_one_refusal_and_reads_nothing(tree, tmp_p
                    "/proc/self/environ", str(stored), f"{root}/../outside/secret.wav",
                    "link-out.wav", "etc/passwd", "up/outside/secret.wav", "zero", "fifo",
                    "folder", "locked.wav", "missing.wav", "stolen-voice",
-                   "voice.wav\u0000.txt"]
+                   "voice.wav\u0000.txt", "\ud800.wav"]
         refused = {p: tts(url, p) for p in attacks}
         too_big = [tts(url, "big.wav"), tts(url, "huge.wav")]
 
