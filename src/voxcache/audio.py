@@ -106,7 +106,8 @@ def decode_reference(data: bytes, max_seconds: float = 60.0) -> tuple[np.ndarray
         samples, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
     except (soundfile.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
         raise BadReferenceAudio(
-            f"reference audio could not be decoded ({exc}); send WAV, FLAC or OGG"
+            f"reference audio could not be decoded ({decode_failure_reason(exc)}); "
+            "send WAV, FLAC or OGG"
         ) from None
     if samples.shape[0] == 0:
         raise BadReferenceAudio("reference audio holds no samples")
@@ -116,6 +117,16 @@ def decode_reference(data: bytes, max_seconds: float = 60.0) -> tuple[np.ndarray
             f"{max_seconds:.0f} s — trim the clip"
         )
     return samples, int(rate)
+
+
+def decode_failure_reason(exc: Exception) -> str:
+    """libsndfile's own reason, without soundfile's prefix: that prefix names the Python
+    object it read from (``Error opening <_io.BytesIO object at 0x…>``), which tells the
+    caller nothing and shows them the server's memory addresses."""
+    reason = getattr(exc, "error_string", None)
+    if isinstance(reason, str) and reason.strip():
+        return reason.strip().rstrip(".")
+    return "the data is damaged or truncated"
 
 
 def fingerprint_reference(data: bytes, max_seconds: float = 60.0) -> Reference:

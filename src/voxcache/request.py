@@ -10,6 +10,7 @@ honour is refused here rather than ignored.
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from collections.abc import Mapping
@@ -23,6 +24,19 @@ from .params import resolve_params
 
 DEFAULT_MAX_TEXT_CHARS = 5000
 SPEED_RANGE = (0.25, 4.0)
+
+_UNSPEAKABLE = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x84\x86-\x9f\ud800-\udfff]")
+"""Control characters (Unicode category Cc) and lone surrogates (Cs). The controls that are
+Unicode whitespace — tab, line feed, vertical tab, form feed, carriage return, U+0085 — are
+not here: normalisation folds them like spaces. The rest reach no engine intact (Piper's
+phonemizer raises on U+0000; a lone surrogate cannot even be encoded as UTF-8)."""
+
+_SILENT_CATEGORIES = ("P", "Z", "M", "Cc", "Cf", "Cs")
+"""Unicode categories no engine reads as a word: punctuation, separators, combining marks
+without a base, controls and format characters. Letters and digits in any script, and
+symbols (``$``, ``+``, ``©``, emoji — engines read those by name), count as speakable; so
+do unassigned and private-use code points, which may be newer letters or emoji than this
+Python's Unicode tables know."""
 
 
 def normalize_text(text: str) -> str:
@@ -93,7 +107,7 @@ def resolve(
         instruct=_resolve_instruct(request.instruct, engine),
         seed=_resolve_seed(request.seed),
         speed=_resolve_speed(request.speed),
-        params=resolve_params(engine.params, request.params, engine.id),
+        params=resolve_params(engine.params, _refuse_non_finite(request.params), engine.id),
         reference_audio=request.reference_audio,
         ttl=_resolve_ttl(request.ttl),
     )
@@ -102,6 +116,7 @@ def resolve(
 def _resolve_text(text: str, limit: int) -> str:
     if not isinstance(text, str):
         raise InvalidParameter("text must be a string")
+    _refuse_control_characters("text", text)
     normalized = normalize_text(text)
     if not normalized:
         raise InvalidParameter("text is empty: send at least one word to speak")
@@ -110,7 +125,25 @@ def _resolve_text(text: str, limit: int) -> str:
             f"text is {len(normalized)} characters; the limit is {limit} — split it into "
             "several requests"
         )
+    if all(unicodedata.category(char).startswith(_SILENT_CATEGORIES) for char in normalized):
+        raise InvalidParameter(
+            f"text has nothing to speak: {normalized[:40]!r} is only punctuation and spaces; "
+            "send at least one letter, digit or symbol"
+        )
     return normalized
+
+
+def _refuse_control_characters(name: str, text: str) -> None:
+    """Refuse a character no engine can take, naming it and where it is (0-based)."""
+    found = _UNSPEAKABLE.search(text)
+    if found is not None:
+        kind = "an unpaired surrogate" if "\ud800" <= found.group() <= "\udfff" else \
+            "the control character"
+        raise InvalidParameter(
+            f"{name} contains {kind} U+{ord(found.group()):04X} at position {found.start()} "
+            "(counting from 0); remove it — only tabs and line breaks may appear besides "
+            "printable characters"
+        )
 
 
 def _resolve_voice(voice: str | None, engine: Engine) -> str | None:
@@ -133,6 +166,8 @@ def _resolve_reference(request: SynthesisRequest, engine: Engine) -> tuple[str |
             f"engine {engine.id!r} cannot clone a voice from reference audio; name one of its "
             "voices instead"
         )
+    if request.prompt_text:
+        _refuse_control_characters("prompt_text", request.prompt_text)
     ref = fingerprint_reference(request.reference_audio)
     prompt = normalize_text(request.prompt_text) if request.prompt_text else None
     return ref.fingerprint, prompt
@@ -161,6 +196,7 @@ def _resolve_instruct(instruct: str | None, engine: Engine) -> str | None:
         raise UnsupportedFeature(
             f"engine {engine.id!r} does not take instructions (instruct/style); remove the field"
         )
+    _refuse_control_characters("instruct", instruct)
     return normalize_text(instruct)
 
 
@@ -173,12 +209,13 @@ def _resolve_seed(seed: int | None) -> int | None:
 
 
 def _resolve_speed(speed: float) -> float:
-    if isinstance(speed, bool) or not isinstance(speed, int | float):
-        raise InvalidParameter(f"speed must be a number, got {speed!r}")
+    value = _finite(speed)
+    if value is None:
+        raise InvalidParameter(f"speed must be a finite number, got {_shown(speed)}")
     low, high = SPEED_RANGE
-    if not low <= speed <= high:
+    if not low <= value <= high:
         raise InvalidParameter(f"speed must be between {low} and {high}, got {speed}")
-    return float(speed) + 0.0
+    return value + 0.0
 
 
 def _resolve_tenant(tenant: str) -> str:
@@ -188,8 +225,42 @@ def _resolve_tenant(tenant: str) -> str:
 
 
 def _resolve_ttl(ttl: float | None) -> float | None:
+    """A finite, positive number of seconds: ``NaN`` and ``Infinity`` (which Python's JSON
+    parser accepts) would be written into the envelope as JSON no parser reads back."""
     if ttl is None:
         return None
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0:
-        raise InvalidParameter(f"ttl must be a positive number of seconds, got {ttl!r}")
-    return float(ttl)
+    value = _finite(ttl)
+    if value is None or value <= 0:
+        raise InvalidParameter(
+            f"ttl must be a positive, finite number of seconds, got {_shown(ttl)}")
+    return value
+
+
+def _refuse_non_finite(params: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A number sent as ``NaN``, ``Infinity`` or beyond any float is refused here, by name."""
+    if not isinstance(params, Mapping):
+        raise InvalidParameter(f"params must be an object of name: value, got {_shown(params)}")
+    for name, value in params.items():
+        if isinstance(value, int | float) and not isinstance(value, bool) and \
+                _finite(value) is None:
+            raise InvalidParameter(
+                f"parameter {name!r} must be a finite number, got {_shown(value)}")
+    return params
+
+
+def _finite(value: object) -> float | None:
+    """``value`` as a finite float; None for bools, non-numbers, NaN, ±Infinity and integers
+    too large for a float (``math.isfinite`` would raise on those)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        result = float(value)
+    except OverflowError:
+        return None
+    return result if math.isfinite(result) else None
+
+
+def _shown(value: object) -> str:
+    """A caller's value for an error message, cut short (a 400-digit integer is not helpful)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "…"
