@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, ClassVar
 from .audio import Audio
 from .errors import EngineError, VoxcacheError
 from .params import ParamSpec
+from .redact import redact
 
 if TYPE_CHECKING:
     from .request import ResolvedRequest
@@ -90,6 +91,6 @@ def render_chunks(engine: Engine, request: ResolvedRequest) -> Iterator[Audio]:
     except VoxcacheError:
         raise
     except Exception as exc:
-        raise EngineError(f"engine {engine.id!r} failed: {exc}") from exc
+        raise EngineError(f"engine {engine.id!r} failed: {redact(str(exc))}") from exc
     if not produced:
         raise EngineError(f"engine {engine.id!r} produced no audio")

@@ -5,11 +5,14 @@ answers in the real server's format (api_v2 WAV or streamed WAV and
 ``{"message"}`` errors; CosyVoice's headerless int16 PCM; OpenAI's WAV and
 ``{"error": {"message"}}``), records every call it receives, and renders a tone
 whose pitch follows every input — so a test can tell takes apart by samples.
+The GPT-SoVITS one also fails as the real one does: ``{"message": "tts failed",
+"Exception": …}`` with the server's absolute paths (and, for ``CRASH_TEXT``, a traceback).
 """
 
 from __future__ import annotations
 
 import io
+import traceback
 import wave
 from pathlib import Path
 from typing import Annotated, Any
@@ -25,6 +28,8 @@ COSY_RATE = 24000
 OPENAI_RATE = 24000
 Text = Annotated[str, Form()]
 Clip = Annotated[UploadFile, File()]
+CRASH_TEXT = "crash"
+"""Text that makes the GPT-SoVITS stand-in answer with a traceback in ``Exception``."""
 GSV_LANGUAGES = ("auto", "auto_yue", "en", "zh", "ja", "yue", "ko", "all_zh", "all_ja",
                  "all_yue", "all_ko")
 
@@ -57,6 +62,12 @@ def gpt_sovits_app(root: Path) -> FastAPI:
                                  "in version v2"}, status_code=400)
         if req.get("media_type", "wav") not in ("wav", "raw", "ogg", "aac"):
             return JSONResponse({"message": "media_type is not supported"}, status_code=400)
+        if req["text"] == CRASH_TEXT:  # a model failure, answered as GPT-SoVITS forks do
+            try:
+                _load_model(root / "GPT_weights" / "missing.ckpt")
+            except OSError:
+                return JSONResponse({"message": "tts failed", "Exception": traceback.format_exc()},
+                                    status_code=400)
         try:
             ref = (root / req["ref_audio_path"]).read_bytes()
         except OSError as exc:
@@ -82,6 +93,11 @@ def gpt_sovits_app(root: Path) -> FastAPI:
         return await handle(await request.json())
 
     return app
+
+
+def _load_model(path: Path) -> None:
+    """Fail the way a model load does: an OSError naming the absolute path, deep in a stack."""
+    path.read_bytes()
 
 
 def _streamed(samples: np.ndarray):

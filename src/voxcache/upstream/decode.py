@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from ..audio import SAMPLE_WIDTH, Audio
+from ..audio import SAMPLE_WIDTH, Audio, decode_failure_reason
 from ..errors import UpstreamError
 
 MIN_CHUNK_BYTES = 8192
@@ -123,7 +123,8 @@ def _via_soundfile(body: bytes) -> Audio:
         # read as float: libsndfile does not scale float files when asked for integers
         samples, rate = soundfile.read(io.BytesIO(body), dtype="float32", always_2d=True)
     except (soundfile.LibsndfileError, RuntimeError, ValueError) as exc:
-        raise UpstreamError(f"upstream audio could not be decoded: {exc}") from None
+        raise UpstreamError(f"upstream audio could not be decoded: {decode_failure_reason(exc)}"
+                            ) from None
     if samples.shape[0] == 0:
         raise UpstreamError("upstream answered 200 with no audio")
     scaled = np.clip(np.round(samples * 32768.0), -32768, 32767)

@@ -12,13 +12,16 @@ own message, so the caller sees *why* (502 over HTTP) instead of a traceback.
 from __future__ import annotations
 
 import contextlib
+import html
 import json
 import logging
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
 
 from ..errors import MissingDependency, UpstreamError
+from ..redact import redact
 
 log = logging.getLogger("voxcache.upstream")
 
@@ -27,6 +30,10 @@ DEFAULT_READ_TIMEOUT = 300.0
 """Seconds to wait for an upstream's answer: long texts on a busy GPU take minutes."""
 DEFAULT_RETRIES = 2
 MAX_ERROR_CHARS = 500
+_HTML = re.compile(r"\s*<(?:!doctype|html|head|body|title)\b", re.IGNORECASE)
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+_SCRIPT = re.compile(r"<(script|style)\b.*?</\1>", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(r"<[^>]*>")
 
 
 def _httpx() -> Any:
@@ -140,17 +147,19 @@ def _failure(url: str, exc: Exception) -> UpstreamError:
 
 
 def error_message(body: bytes) -> str:
-    """Pull the human-readable part out of an upstream's error body.
+    """Pull the human-readable part out of an upstream's error body, fit for a client.
 
     Upstreams disagree on the shape: GPT-SoVITS sends ``{"message", "Exception"}``,
     OpenAI-style servers ``{"error": {"message"}}``, FastAPI ``{"detail"}``, Flask an
-    HTML page. Unknown shapes are passed on verbatim, truncated.
+    HTML page (its title is the message). Unknown shapes are passed on verbatim. Whatever
+    the shape, tracebacks, absolute paths and object addresses are scrubbed (GPT-SoVITS'
+    ``Exception`` carries its install folder) and the text is truncated.
     """
     text = body.decode("utf-8", errors="replace").strip()
     try:
         data = json.loads(text)
     except ValueError:
-        return _truncate(text) or "(empty body)"
+        return _truncate(_html_text(text)) or "(empty body)"
     if isinstance(data, dict):
         error = data.get("error")
         if isinstance(error, dict) and error.get("message"):
@@ -161,5 +170,17 @@ def error_message(body: bytes) -> str:
     return _truncate(text)
 
 
+def _html_text(text: str) -> str:
+    """An HTML error page's title (or, without one, its text): the page's markup and
+    scripts say nothing to an API client."""
+    if not _HTML.match(text):
+        return text
+    title = _TITLE.search(text)
+    if title is not None:
+        return html.unescape(title.group(1))
+    return html.unescape(_TAG.sub(" ", _SCRIPT.sub(" ", text)))
+
+
 def _truncate(text: str) -> str:
+    text = redact(text)
     return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "…"
