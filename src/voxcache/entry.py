@@ -31,6 +31,8 @@ BLOB_MAGIC = b"VXCB"
 _PREFIX = struct.Struct("<4sHHI")  # magic, format version, reserved, header length
 _CHECKSUM_LEN = 16
 _FMT = struct.Struct("<HHIIHH")  # PCM tag, channels, rate, byte rate, block align, bits
+_WAV_ENVELOPE_AT = 12 + 8 + _FMT.size + 8
+"""Where the ``vxch`` envelope starts: after RIFF/WAVE, the ``fmt `` chunk and its own header."""
 
 
 class CorruptEntry(Exception):
@@ -97,18 +99,9 @@ def audio_entry(
         sample_rate=audio.sample_rate, channels=audio.channels, sample_format="s16le",
         duration=round(audio.duration, 6), meta=meta or {},
     )
-    envelope = _envelope(ENVELOPE_MAGIC, header, audio.pcm)
-    if len(envelope) % 2:
-        envelope += b"\0"  # RIFF chunks are word-aligned
-    block = audio.channels * SAMPLE_WIDTH
-    fmt = _FMT.pack(1, audio.channels, audio.sample_rate, audio.sample_rate * block, block, 16)
-    body = (
-        b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt
-        + b"vxch" + struct.pack("<I", len(envelope)) + envelope
-        + b"data" + struct.pack("<I", len(audio.pcm))
-    )
-    blob = b"RIFF" + struct.pack("<I", len(body) + len(audio.pcm)) + body + audio.pcm
-    return Entry(header, blob, len(blob) - len(audio.pcm))
+    header_json, checksum = _seal(header, audio.pcm)
+    prefix = _wav_prefix(header, header_json, checksum)
+    return Entry(header, prefix + audio.pcm, len(prefix))
 
 
 def blob_entry(
@@ -121,102 +114,93 @@ def blob_entry(
         kind=kind, key=key, created=created, expires=None if ttl is None else created + ttl,
         content_type=content_type, length=len(payload), meta=meta or {},
     )
-    envelope = _envelope(BLOB_MAGIC, header, payload)
-    return Entry(header, envelope + payload, len(envelope))
+    header_json, checksum = _seal(header, payload)
+    prefix = _envelope(BLOB_MAGIC, header_json, checksum)
+    return Entry(header, prefix + payload, len(prefix))
 
 
 def decode(blob: bytes, expected_key: str) -> Entry:
-    """Parse and verify a stored object; raise ``CorruptEntry`` on any mismatch."""
+    """Parse and verify a stored object; raise ``CorruptEntry`` on any mismatch.
+
+    Every byte is covered: the header JSON and the payload by the checksum, and
+    every other byte (RIFF sizes, the ``fmt `` chunk, the envelope prefix, the pad
+    byte, chunk names and lengths) by rebuilding it from the verified header and
+    comparing — so no byte of a stored file can change and still be served.
+    """
     if blob[:4] == b"RIFF":
-        entry = _decode_wav(blob)
+        magic, start = ENVELOPE_MAGIC, _WAV_ENVELOPE_AT
     elif blob[:4] == BLOB_MAGIC:
-        header, offset = _parse_envelope(blob, 0, len(blob))
-        entry = Entry(header, blob, offset)
-        if offset + header.length != len(blob):
-            raise CorruptEntry("payload length does not match the file")
-        _check(blob, _PREFIX.size, entry)
+        magic, start = BLOB_MAGIC, 0
     else:
         raise CorruptEntry("not a voxcache object (bad magic)")
-    if entry.header.key != expected_key:
-        raise CorruptEntry(f"stored under {entry.header.key}, found at {expected_key}")
-    return entry
+    header, header_json, checksum = _parse_envelope(blob, start)
+    if magic == ENVELOPE_MAGIC:
+        if header.kind != "audio":
+            raise CorruptEntry(f"a WAV envelope holding kind {header.kind!r}")
+        prefix = _wav_prefix(header, header_json, checksum)
+    else:
+        prefix = _envelope(BLOB_MAGIC, header_json, checksum)
+    if len(blob) != len(prefix) + header.length:
+        raise CorruptEntry("file length does not match the envelope (truncated?)")
+    if blob[: len(prefix)] != prefix:
+        raise CorruptEntry("file layout does not match the envelope")
+    digest = xxhash.xxh3_128(header_json)
+    digest.update(memoryview(blob)[len(prefix):])
+    if digest.digest() != checksum:
+        raise CorruptEntry("checksum mismatch")
+    if header.key != expected_key:
+        raise CorruptEntry(f"stored under {header.key}, found at {expected_key}")
+    return Entry(header, blob, len(prefix))
 
 
-def _envelope(magic: bytes, header: EntryHeader, payload: bytes) -> bytes:
-    header_json = json.dumps(asdict(header), sort_keys=True, separators=(",", ":")).encode()
+def _seal(header: EntryHeader, payload: bytes) -> tuple[bytes, bytes]:
+    """The header's canonical JSON and the XXH3-128 over it and the payload."""
+    header_json = json.dumps(asdict(header), sort_keys=True, separators=(",", ":"),
+                             allow_nan=False).encode()
     checksum = xxhash.xxh3_128(header_json)
     checksum.update(payload)
-    prefix = _PREFIX.pack(magic, FORMAT_VERSION, 0, len(header_json))
-    return prefix + header_json + checksum.digest()
+    return header_json, checksum.digest()
 
 
-def _parse_envelope(blob: bytes, start: int, end: int) -> tuple[EntryHeader, int]:
-    """Return the header and the offset just past the envelope."""
-    if end - start < _PREFIX.size:
+def _envelope(magic: bytes, header_json: bytes, checksum: bytes) -> bytes:
+    return _PREFIX.pack(magic, FORMAT_VERSION, 0, len(header_json)) + header_json + checksum
+
+
+def _wav_prefix(header: EntryHeader, header_json: bytes, checksum: bytes) -> bytes:
+    """Every byte of an audio entry before its samples, as ``audio_entry`` writes them."""
+    envelope = _envelope(ENVELOPE_MAGIC, header_json, checksum)
+    pad = b"\0" * (len(envelope) & 1)  # RIFF chunks are word-aligned
+    block = header.channels * SAMPLE_WIDTH
+    fmt = _FMT.pack(1, header.channels, header.sample_rate, header.sample_rate * block, block,
+                    16)
+    body = (
+        b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt
+        + b"vxch" + struct.pack("<I", len(envelope)) + envelope + pad
+        + b"data" + struct.pack("<I", header.length)
+    )
+    return b"RIFF" + struct.pack("<I", len(body) + header.length) + body
+
+
+def _parse_envelope(blob: bytes, start: int) -> tuple[EntryHeader, bytes, bytes]:
+    """Return the header, its JSON bytes and the stored checksum (not yet verified)."""
+    if len(blob) < start + _PREFIX.size:
         raise CorruptEntry("envelope truncated")
     _magic, version, _reserved, header_len = _PREFIX.unpack_from(blob, start)
     if version != FORMAT_VERSION:
         raise CorruptEntry(f"unknown entry format version {version}")
     body = start + _PREFIX.size
-    stop = body + header_len + _CHECKSUM_LEN
-    if stop > end:
+    if body + header_len + _CHECKSUM_LEN > len(blob):
         raise CorruptEntry("envelope truncated")
+    header_json = blob[body : body + header_len]
     try:
-        header = EntryHeader(**json.loads(blob[body : body + header_len].decode()))
+        header = EntryHeader(**json.loads(header_json.decode()))
     except (ValueError, TypeError) as exc:
         raise CorruptEntry(f"envelope header unreadable: {exc}") from None
-    return header, stop
-
-
-def _check(blob: bytes, header_start: int, entry: Entry) -> None:
-    """Verify the XXH3-128 over header JSON and payload."""
-    (header_len,) = struct.unpack_from("<I", blob, header_start - 4)
-    expected = blob[header_start + header_len : header_start + header_len + _CHECKSUM_LEN]
-    checksum = xxhash.xxh3_128(memoryview(blob)[header_start : header_start + header_len])
-    checksum.update(entry.payload)
-    if checksum.digest() != expected:
-        raise CorruptEntry("checksum mismatch")
-
-
-def _decode_wav(blob: bytes) -> Entry:
-    if len(blob) < 12 or blob[8:12] != b"WAVE":
-        raise CorruptEntry("not a WAVE file")
-    (riff_size,) = struct.unpack_from("<I", blob, 4)
-    if riff_size + 8 != len(blob):
-        raise CorruptEntry("RIFF size does not match the file (truncated?)")
-    chunks = _wav_chunks(blob)
-    if set(chunks) != {b"fmt ", b"vxch", b"data"}:
-        raise CorruptEntry(f"unexpected WAV chunks {sorted(chunks)}")
-    env_start, env_end = chunks[b"vxch"]
-    if blob[env_start : env_start + 4] != ENVELOPE_MAGIC:
-        raise CorruptEntry("WAV without a voxcache envelope")
-    header, _ = _parse_envelope(blob, env_start, env_end)
-    data_start, data_end = chunks[b"data"]
-    entry = Entry(header, blob, data_start)
-    if data_end - data_start != header.length:
-        raise CorruptEntry("data chunk length does not match the envelope")
-    _check_fmt(blob, chunks[b"fmt "][0], header)
-    _check(blob, env_start + _PREFIX.size, entry)
-    return entry
-
-
-def _wav_chunks(blob: bytes) -> dict[bytes, tuple[int, int]]:
-    chunks: dict[bytes, tuple[int, int]] = {}
-    pos = 12
-    while pos + 8 <= len(blob):
-        name = blob[pos : pos + 4]
-        (size,) = struct.unpack_from("<I", blob, pos + 4)
-        start, end = pos + 8, pos + 8 + size
-        if end > len(blob) or name in chunks:
-            raise CorruptEntry(f"WAV chunk {name!r} is truncated or repeated")
-        chunks[name] = (start, end)
-        pos = end + (size & 1)
-    if pos != len(blob):
-        raise CorruptEntry("trailing bytes after the last WAV chunk")
-    return chunks
-
-
-def _check_fmt(blob: bytes, start: int, header: EntryHeader) -> None:
-    tag, channels, rate, _byte_rate, _align, bits = _FMT.unpack_from(blob, start)
-    if (tag, channels, rate, bits) != (1, header.channels, header.sample_rate, 16):
-        raise CorruptEntry("fmt chunk disagrees with the envelope")
+    if not isinstance(header.length, int) or header.length < 0:
+        raise CorruptEntry("envelope length is not a size")
+    if header.kind == "audio" and not (
+            isinstance(header.sample_rate, int) and isinstance(header.channels, int)
+            and 0 < header.sample_rate < 2**31 and 0 < header.channels < 2**15):
+        raise CorruptEntry("envelope audio format is out of range")
+    checksum = blob[body + header_len : body + header_len + _CHECKSUM_LEN]
+    return header, header_json, checksum

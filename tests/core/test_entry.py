@@ -81,3 +81,32 @@ def test_foreign_wav_is_rejected():
     soundfile.write(buf, np.zeros(100, dtype=np.int16), 16000, format="WAV")
     with pytest.raises(CorruptEntry):
         decode(buf.getvalue(), KEY)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: audio_entry(KEY, take(frames=7), ttl=30, meta={"text": "hi"}).blob,  # odd pad
+    lambda: audio_entry(KEY, take(frames=6), meta={"text": "hey"}).blob,
+    lambda: blob_entry(KEY, "encoded", b"\x01\x02\x03", "audio/mpeg").blob,
+])
+@pytest.mark.parametrize("flip", [0x01, 0x80, 0xFF])
+def test_every_byte_of_a_stored_file_is_covered(make, flip):
+    """A flip at *any* offset — fmt byte rate and block align, the envelope's reserved
+    field, the pad byte included — is detected (these eight bytes used to slip through)."""
+    blob = make()
+    missed = []
+    for pos in range(len(blob)):
+        bad = bytearray(blob)
+        bad[pos] ^= flip
+        try:
+            decode(bytes(bad), KEY)
+        except CorruptEntry:
+            continue
+        missed.append(pos)
+    assert missed == []
+
+
+def test_an_appended_or_missing_byte_is_detected():
+    blob = audio_entry(KEY, take(frames=7)).blob
+    for bad in (blob + b"\0", blob[:-1], blob[:44], b"RIFF", b""):
+        with pytest.raises(CorruptEntry):
+            decode(bad, KEY)
