@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -12,10 +13,10 @@ def _shown(value: Any) -> str:
     if value is None:
         return "not measurable"
     if isinstance(value, dict):
-        return ", ".join(f"{k} {v}" for k, v in sorted(value.items(), key=lambda kv: -kv[1])) \
+        return "\n".join(f"{k}: {v:,}" for k, v in sorted(value.items(), key=lambda kv: -kv[1])) \
             or "none"
     if isinstance(value, list):
-        return "; ".join(str(v) for v in value) or "none"
+        return "\n".join(str(v) for v in value) or "none"
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
@@ -58,7 +59,7 @@ def rows(figures: dict[str, Any]) -> list[tuple[str, str, Any]]:
 
 def print_table(figures: dict[str, Any], console: Console | None = None) -> None:
     """Print the figures, then the verdict."""
-    console = console or Console()
+    console = console or Console(width=None if sys.stdout.isatty() else 110)
     table = Table(title="voxcache chaos: kill -9 writers, serve, restart, verify")
     table.add_column("")
     table.add_column("figure")
