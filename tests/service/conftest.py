@@ -26,7 +26,7 @@ from voxcache.cached import CachedEngine
 from voxcache.config import Settings
 from voxcache.engines.tone import ToneEngine
 from voxcache.service import create_app
-from voxcache.service.options import ServiceOptions
+from voxcache.service.options import ServiceOptions, service_options
 
 
 def free_port() -> int:
@@ -36,13 +36,19 @@ def free_port() -> int:
 
 
 class LiveServer:
-    """A uvicorn server on a free loopback port, in a background thread."""
+    """A uvicorn server on a free loopback port, in a background thread, configured as
+    ``voxcache serve`` configures it (``uvicorn_options`` of the app's service options)."""
 
     def __init__(self, app: object) -> None:
+        # Imported here, not at the top: test modules that never start a LiveServer can then
+        # still run against an older voxcache (how a new test is shown to fail before a fix).
+        from voxcache.service.protocol import uvicorn_options
+
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                timeout_graceful_shutdown=5)
+        options = uvicorn_options(app.state.options)  # type: ignore[attr-defined]
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port,
+                                timeout_graceful_shutdown=5, **options)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -69,12 +75,19 @@ def make_app(tmp_path: Path) -> Iterator[AppFactory]:
     caches: list[Cache] = []
 
     def make(engine: object | None = None, segments: bool = False,
+             sections: dict[str, object] | None = None, cache_dir: Path | None = None,
              **options: object) -> tuple[object, CachedEngine]:
-        settings = Settings(cache_dir=tmp_path / "cache", engine="tone")
+        """``sections``: config tables (``tenants``, ``admin``, ``service``…) read the way a
+        config file is, through ``service_options`` (``options`` then override [service]
+        settings); without them ``options`` are ServiceOptions fields."""
+        settings = Settings(cache_dir=cache_dir or tmp_path / "cache", engine="tone",
+                            extra=dict(sections or {}))
         cache = Cache(settings.cache_dir, settings.cache_config())
         caches.append(cache)
         cached = CachedEngine(engine or ToneEngine(), cache, segments=segments)
-        return create_app(settings, options=ServiceOptions(**options), cached=cached), cached
+        service = service_options(settings, **options) if sections is not None else \
+            ServiceOptions(**options)
+        return create_app(settings, options=service, cached=cached), cached
 
     yield make
     for cache in caches:
@@ -91,17 +104,20 @@ def tone_server(make_app: AppFactory) -> Iterator[tuple[LiveServer, CachedEngine
 
 @contextlib.contextmanager
 def serve_process(cache_dir: Path, *args: str, engine: str = "tone",
-                  config: Path | None = None) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """Run ``voxcache serve`` as a subprocess; yield its URL once /readyz answers."""
+                  config: Path | None = None, env: dict[str, str] | None = None,
+                  ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """Run ``voxcache serve`` as a subprocess; yield its URL once /readyz answers.
+
+    ``env`` adds variables (``VOXCACHE_SERVICE_*`` settings) to a clean environment."""
     port = free_port()
     cmd = [sys.executable, "-m", "voxcache.cli", "--cache-dir", str(cache_dir),
            "--engine", engine]
     if config is not None:
         cmd += ["--config", str(config)]
     cmd += ["serve", "--port", str(port), *args]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env)
+                            env={**clean, **(env or {})})
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -130,7 +146,7 @@ def live() -> type[LiveServer]:
     return LiveServer
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def serve_proc() -> Callable[..., contextlib.AbstractContextManager[tuple[str, object]]]:
-    """``serve_process`` for test modules."""
+    """``serve_process`` for test modules (session-wide, so module fixtures can use it)."""
     return serve_process

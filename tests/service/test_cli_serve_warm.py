@@ -106,11 +106,14 @@ def test_config_file_sets_limits_tenants_and_voice_aliases(tmp_path, serve_proc)
     config = tmp_path / "voxcache.toml"
     config.write_text('[service]\nrender_queue = 3\nmax_body_bytes = "2KB"\n\n'
                       '[tenants.acme]\napi_keys = ["acme-secret-key"]\n\n'
+                      '[admin]\napi_keys = ["ops-secret-key"]\n\n'
                       '[voice_aliases]\nnova = "bass"\n')
     with serve_proc(tmp_path / "cache", config=config) as (url, _proc):
         assert httpx.post(f"{url}/v1/audio/speech", json={"input": "hi"}).status_code == 401
         auth = {"Authorization": "Bearer acme-secret-key"}
-        stats = httpx.get(f"{url}/v1/stats", headers=auth).json()
+        assert httpx.get(f"{url}/v1/stats", headers=auth).status_code == 403  # a tenant's key
+        stats = httpx.get(f"{url}/v1/stats",
+                          headers={"Authorization": "Bearer ops-secret-key"}).json()
         voices = httpx.get(f"{url}/v1/voices", headers=auth).json()
         nova = httpx.post(f"{url}/v1/audio/speech", headers=auth, timeout=30,
                           json={"input": "Alias.", "voice": "nova", "response_format": "wav"})

@@ -6,6 +6,8 @@ voice-forgery service). ``--allow-public`` says the operator means it.
 Several ``--workers`` share one cache folder; its per-key file locks make a key
 render once across them. SIGTERM/Ctrl-C stops accepting, lets in-flight
 requests and renders finish (bounded by --graceful-timeout), then flushes.
+Connections get uvicorn's protocol with a header deadline (``service.protocol``):
+an idle or slowloris connection is closed after ``[service] header_timeout``.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def serve(args: argparse.Namespace) -> int:
     from ..runtime import describe_limits, open_cached_engine
     from ..service.app import create_app
     from ..service.options import service_options
+    from ..service.protocol import uvicorn_options
 
     if args.no_access_log:  # through the environment, so --workers processes see it too
         os.environ["VOXCACHE_SERVICE_ACCESS_LOG"] = "0"
@@ -73,7 +76,7 @@ def serve(args: argparse.Namespace) -> int:
     address = f"http://{_url_host(args.host)}:{args.port}"
     print(f"voxcache: serving {cached.engine.id} ({cached.engine.model_revision}) on {address} "
           f"— cache {settings.cache_dir}", flush=True)
-    common = {"host": args.host, "port": args.port, "log_level": "warning",
+    common = {"host": args.host, "port": args.port, **uvicorn_options(options),
               "timeout_graceful_shutdown": args.graceful_timeout}
     if args.workers == 1:
         uvicorn.run(create_app(settings, options=options, cached=cached), **common)

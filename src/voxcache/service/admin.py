@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 from importlib import resources
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from ..formats import FORMATS
 from .errors import error_body
-from .guard import tenant_of
+from .guard import admin_only
 from .serving import Server
 
 router = APIRouter()
@@ -25,36 +27,68 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", tags=["ops"])
 async def readyz(request: Request) -> Response:
-    """The engine is loaded and the cache folder is writable (503 otherwise)."""
+    """Ready to serve: 200 while the service answers requests, with the storage's state.
+
+    A cache folder that is full or read-only does not make the service unready: takes
+    are rendered and served, just not stored (fail open), so a load balancer must keep
+    sending traffic; ``storage.writable`` says so for whoever watches. 503 is for what
+    stops the service answering at all: its I/O pool is shut (it is shutting down).
+    """
     server: Server = request.app.state.server
     try:
-        await server.admission.read(_probe_writable, server.cache.root)
-    except OSError as exc:
-        return JSONResponse(error_body(f"cache folder not writable: {exc}", "server_error"),
-                            status_code=503)
+        reason = await server.admission.read(_storage_fault, server.cache.root)
+    except RuntimeError:  # the pool refuses work once shut down
+        return JSONResponse(error_body("shutting down", "server_error"), status_code=503)
+    storage: dict[str, Any] = {"writable": reason is None}
+    if reason is not None:
+        storage["reason"] = f"{reason}: takes are served but not stored"
     return JSONResponse({"status": "ready", "engine": server.cached.engine.id,
-                         "model_revision": server.cached.engine.model_revision})
+                         "model_revision": server.cached.engine.model_revision,
+                         "storage": storage})
 
 
-def _probe_writable(root: os.PathLike[str]) -> None:
-    probe = os.path.join(root, f".tmp-ready-{os.getpid()}")
-    with open(probe, "wb") as f:
-        f.write(b"ok")
-    os.unlink(probe)
+def _storage_fault(root: os.PathLike[str]) -> str | None:
+    """Why the cache folder cannot take a new file now, or None when it can.
+
+    The probe is a new file (``O_EXCL``: never one planted there, never through a symlink)
+    with a random name, 0600, and it is removed whatever happens — also when the write
+    fails for lack of space, which is when a probe file is easiest to leave behind. The
+    reason names the fault, not the path (this route needs no key).
+    """
+    probe = os.path.join(root, f".tmp-ready-{os.getpid()}-{secrets.token_hex(6)}")
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        return _reason(exc)
+    try:
+        os.write(fd, b"ok")
+        return None
+    except OSError as exc:
+        return _reason(exc)
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(probe)
 
 
-@router.get("/metrics", tags=["ops"], response_class=Response)
+def _reason(exc: OSError) -> str:
+    return (exc.strerror or type(exc).__name__).lower()
+
+
+@router.get("/metrics", tags=["ops"], response_class=Response,
+            dependencies=[Depends(admin_only)])
 async def metrics(request: Request) -> Response:
-    """Prometheus exposition (scraped in the I/O pool: it reads the index)."""
+    """Prometheus exposition (scraped in the I/O pool: it reads the index). Once any API key
+    is configured it needs an ``[admin]`` key: the figures cover every tenant."""
     server: Server = request.app.state.server
     body = await server.admission.read(server.metrics.exposition)
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-@router.get("/v1/stats", tags=["ops"])
+@router.get("/v1/stats", tags=["ops"], dependencies=[Depends(admin_only)])
 async def stats(request: Request) -> dict[str, Any]:
-    """Cache totals and counters, and this process's render queue (no keys, no texts)."""
-    await tenant_of(request)  # authenticates; stats are not per tenant
+    """Cache totals and counters, and this process's render queue (no keys, no texts);
+    an ``[admin]`` key once any API key is configured."""
     server: Server = request.app.state.server
     data = await server.admission.read(server.cache.stats)
     data.pop("root", None)

@@ -38,6 +38,12 @@ class Unauthorized(RequestError):
     status = 401
 
 
+class Forbidden(RequestError):
+    """A known key that may not do this (a tenant's key on an admin route)."""
+
+    status = 403
+
+
 class PayloadTooLarge(RequestError):
     """A body or upload over its configured limit."""
 
@@ -53,6 +59,7 @@ class VoiceClipDropped(RequestError):
 STATUS: list[tuple[type[BaseException], int, str]] = [
     # most specific first: the first matching row wins
     (Unauthorized, 401, "authentication_error"),
+    (Forbidden, 403, "permission_error"),
     (PayloadTooLarge, 413, "invalid_request_error"),
     (VoiceClipDropped, 409, "invalid_request_error"),
     (UnknownVoice, 404, "not_found_error"),

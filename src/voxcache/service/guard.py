@@ -1,25 +1,31 @@
-"""Who is asking, how much they may send, and how urgently: tenant, body limits, priority.
+"""Who is asking, how much they may send, and how urgently: tenant, admin, body limits, priority.
 
 With no keys configured every request is tenant ``default`` (the server then
 binds to localhost only unless told otherwise — see ``cli/serve``). With keys,
 a request without a known key is 401; the tenant it maps to namespaces every
-key, voice and entry it can touch. Body limits are enforced in an ASGI
-middleware before any route parses a byte, on the declared length and on the
-bytes actually received (a lying or absent Content-Length cannot get past it).
+key, voice and entry it can touch. Server-wide figures (``/metrics``,
+``/v1/stats``) span every tenant, so once any key is configured they need an
+``[admin]`` key; a tenant's key is 403 there.
+
+Bodies are read by an ASGI middleware before any route sees a byte: it counts the
+bytes actually received (a lying or absent Content-Length, a chunked body, cannot get
+past it), answers 413 the moment the count is over the limit and 408 when the body
+has not all arrived within ``body_timeout``, and hands the route the body it read.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from fastapi import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import InvalidParameter
 from .admission import PRIORITIES
-from .errors import PayloadTooLarge, Unauthorized, error_body
+from .errors import Forbidden, Unauthorized, error_body
 from .options import ServiceOptions
 from .serving import RENDER_PRIORITY
 
@@ -34,13 +40,41 @@ async def tenant_of(request: Request) -> str:
     Async so that FastAPI calls it on the loop: a sync dependency costs a thread-pool hop
     on every request, hits included.
     """
-    keys: dict[str, str] = request.app.state.options.api_keys
-    tenant = tenant_for(keys, request.headers)
+    options: ServiceOptions = request.app.state.options
+    tenant = tenant_for(options.api_keys, request.headers)
     if tenant is None:
         given = presented_key(request.headers)
-        raise Unauthorized("missing or unknown API key: send 'Authorization: Bearer <key>'"
-                           if not given else "unknown API key")
+        if not given:
+            raise Unauthorized("missing or unknown API key: send 'Authorization: Bearer <key>'")
+        if _one_of(options.admin_keys, given):
+            raise Unauthorized("that is an [admin] key: it reads /metrics and /v1/stats; "
+                               "synthesis and entries need a key from [tenants.NAME] api_keys")
+        raise Unauthorized("unknown API key")
     return tenant
+
+
+async def admin_only(request: Request) -> None:
+    """FastAPI dependency: server-wide figures need an ``[admin]`` key once any key is set.
+
+    With no key configured at all (the localhost default) they stay open, like everything
+    else. A tenant's key is refused (403): the figures cover every tenant.
+    """
+    options: ServiceOptions = request.app.state.options
+    if not options.keyed:
+        return
+    given = presented_key(request.headers)
+    if given and _one_of(options.admin_keys, given):
+        return
+    how = ("send a key from the config's [admin] api_keys" if options.admin_keys else
+           "no admin key is configured: add [admin] api_keys = [\"<8+ chars>\"] to the config "
+           "and send one")
+    if not given:
+        raise Unauthorized(f"this route needs an admin API key: {how} as "
+                           "'Authorization: Bearer <key>'")
+    if options.api_keys and tenant_for(options.api_keys, request.headers) is not None:
+        raise Forbidden(f"a tenant's API key cannot read server-wide figures (they cover every "
+                        f"tenant); {how}")
+    raise Unauthorized(f"unknown API key; {how}")
 
 
 def tenant_for(keys: dict[str, str], headers: Mapping[str, str]) -> str | None:
@@ -55,6 +89,11 @@ def tenant_for(keys: dict[str, str], headers: Mapping[str, str]) -> str | None:
     return None
 
 
+def _one_of(keys: Collection[str], given: str) -> bool:
+    """True when ``given`` is one of ``keys`` (compared in constant time per key)."""
+    return any(hmac.compare_digest(key.encode(), given.encode()) for key in keys)
+
+
 def presented_key(headers: Mapping[str, str]) -> str | None:
     """The API key a request presents (``Authorization: Bearer`` or ``X-API-Key``)."""
     auth = headers.get("authorization", "")
@@ -64,42 +103,89 @@ def presented_key(headers: Mapping[str, str]) -> str | None:
     return headers.get("x-api-key") or None
 
 
+class _OverLimit(Exception):
+    """The body read so far is over the limit."""
+
+
 class BodyLimit:
-    """Refuse request bodies over the configured limit with 413 (uploads get their own)."""
+    """Read every request body before the app does: 413 as soon as it is over the limit
+    (uploads get their own), 408 when it is too slow to arrive, else replay it to the app.
+
+    Raising from inside ``receive`` instead (as this once did) reaches the route's body
+    parser, which turns any error there into a 400; owning the read keeps the status
+    honest and puts one deadline on the whole body, chunked or not.
+    """
 
     def __init__(self, app: ASGIApp, options: ServiceOptions) -> None:
         self.app = app
         self.body_limit = options.max_body_bytes
         self.upload_limit = options.max_upload_bytes + MULTIPART_OVERHEAD
+        self.body_timeout = options.body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "DELETE"):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         limit = self.upload_limit if scope["path"] in UPLOAD_PATHS else self.body_limit
+        too_large = f"request body is over the limit of {limit} bytes"
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
-            await _refuse(send, limit)
+            await _refuse(send, 413, too_large, "PayloadTooLarge")
             return
-        received = 0
+        try:
+            async with asyncio.timeout(self.body_timeout):
+                body = await _read_body(receive, limit)
+        except TimeoutError:
+            await _refuse(send, 408, f"the request body did not arrive within "
+                          f"{self.body_timeout:g} s; send it without pausing", "RequestTimeout",
+                          close=True)
+            return
+        except _OverLimit:
+            await _refuse(send, 413, too_large, "PayloadTooLarge")
+            return
+        if body is None:
+            return  # the client went away mid-body: nobody to answer
+        await self.app(scope, _replay(body, receive), send)
 
-        async def limited() -> Message:
-            nonlocal received
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > limit:
-                raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
-            return message
 
-        await self.app(scope, limited, send)
+async def _read_body(receive: Receive, limit: int) -> list[bytes] | None:
+    """The body's chunks as received (not joined: no second copy); None on disconnect."""
+    chunks: list[bytes] = []
+    received = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        received += len(chunk)
+        if received > limit:
+            raise _OverLimit
+        if chunk:
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks
 
 
-async def _refuse(send: Send, limit: int) -> None:
-    body = json.dumps(error_body(f"request body is over the limit of {limit} bytes",
-                                 "invalid_request_error", code="PayloadTooLarge")).encode()
-    await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
+def _replay(chunks: list[bytes], receive: Receive) -> Receive:
+    """A ``receive`` that hands out the body already read, then waits as the server's does
+    (a streaming response listens on it for the client going away)."""
+    pending = list(reversed(chunks or [b""]))
+
+    async def replay() -> Message:
+        if pending:
+            return {"type": "http.request", "body": pending.pop(), "more_body": bool(pending)}
+        return await receive()
+
+    return replay
+
+
+async def _refuse(send: Send, status: int, message: str, code: str, close: bool = False) -> None:
+    body = json.dumps(error_body(message, "invalid_request_error", code=code)).encode()
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(body)).encode())]
+    if close:  # the rest of a trickled body is not worth waiting for
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 

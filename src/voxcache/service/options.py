@@ -1,4 +1,5 @@
-"""Service settings: the ``[service]``, ``[tenants.*]`` and ``[voice_aliases]`` TOML sections.
+"""Service settings: the ``[service]``, ``[tenants.*]``, ``[admin]`` and ``[voice_aliases]``
+TOML sections.
 
 The core ``Settings`` passes sections it does not interpret through ``extra``;
 this module is where the service reads them, so every limit the server enforces
@@ -9,6 +10,7 @@ has one name, one default and one place that logs it. Environment variables
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +45,13 @@ class ServiceOptions:
     max_upload_seconds: float = 60.0
     request_timeout: float = 300.0
     """Longest a request waits for its render (joiners included)."""
+    header_timeout: float = 10.0
+    """Seconds a connection may take to send a request's headers, counted from when it
+    opened or from the end of its previous response: an idle or trickling (slowloris)
+    connection is closed after it, so it cannot hold a socket forever."""
+    body_timeout: float = 30.0
+    """Seconds a request's whole body may take to arrive once its headers are in; a client
+    trickling bytes gets 408 instead of holding a worker's buffer open."""
     switch_interval: float = 0.0005
     """Seconds a thread may hold the GIL before yielding (``sys.setswitchinterval``; 0
     leaves Python's 5 ms). A render thread running Python code between model calls
@@ -57,17 +66,28 @@ class ServiceOptions:
     """Extra voice name → engine voice; OpenAI names map to the default voice unless set."""
     api_keys: dict[str, str] = field(default_factory=dict)
     """API key → tenant id. Empty: no auth, every request is tenant ``default``."""
+    admin_keys: frozenset[str] = frozenset()
+    """``[admin] api_keys``: the keys that may read server-wide figures (``/metrics``,
+    ``/v1/stats``). A tenant's key may not: those figures span every tenant."""
+
+    @property
+    def keyed(self) -> bool:
+        """True when any key (tenant or admin) is configured: the server is not open."""
+        return bool(self.api_keys or self.admin_keys)
 
     def describe(self) -> dict[str, Any]:
         """Effective limits, as logged at start (keys are never logged)."""
         data = dataclasses.asdict(self)
         data["api_keys"] = f"{len(self.api_keys)} key(s) for " \
                            f"{len(set(self.api_keys.values()))} tenant(s)"
+        data["admin_keys"] = f"{len(self.admin_keys)} key(s)"
         return data
 
 
 _NUMBERS = {"render_concurrency": int, "render_queue": int, "io_threads": int,
-            "max_upload_seconds": float, "request_timeout": float, "switch_interval": float}
+            "max_upload_seconds": float, "request_timeout": float, "switch_interval": float,
+            "header_timeout": float, "body_timeout": float}
+_POSITIVE = ("max_upload_seconds", "request_timeout", "header_timeout", "body_timeout")
 _SIZES = ("max_body_bytes", "max_upload_bytes")
 _BOOLS = ("privacy", "allow_public", "access_log")
 
@@ -94,9 +114,14 @@ def service_options(settings: Settings, **overrides: Any) -> ServiceOptions:
                 raise InvalidParameter(f"[service] has no setting {name!r}")
     except (TypeError, ValueError) as exc:
         raise InvalidParameter(f"bad [service] setting: {exc}") from None
+    for name in _POSITIVE:
+        if name in values and not (math.isfinite(values[name]) and values[name] > 0):
+            raise InvalidParameter(f"[service] {name} must be a positive number of seconds, "
+                                   f"got {values[name]}")
     aliases = {str(k): str(v) for k, v in settings.extra.get("voice_aliases", {}).items()}
-    return ServiceOptions(**values, voice_aliases=aliases,
-                          api_keys=_api_keys(settings.extra.get("tenants", {})))
+    api_keys = _api_keys(settings.extra.get("tenants", {}))
+    return ServiceOptions(**values, voice_aliases=aliases, api_keys=api_keys,
+                          admin_keys=_admin_keys(settings.extra.get("admin", {}), api_keys))
 
 
 def _api_keys(tenants: dict[str, Any]) -> dict[str, str]:
@@ -109,3 +134,21 @@ def _api_keys(tenants: dict[str, Any]) -> dict[str, str]:
             if keys.setdefault(key, tenant) != tenant:
                 raise InvalidParameter(f"an API key is listed for two tenants ({tenant})")
     return keys
+
+
+def _admin_keys(table: Any, tenant_keys: dict[str, str]) -> frozenset[str]:
+    """``[admin] api_keys = [...]``: 8+ characters each, and never also a tenant's key (one
+    key, one role: a tenant must not read every tenant's figures by accident of config)."""
+    if not isinstance(table, dict):
+        raise InvalidParameter("[admin] must be a table, e.g. [admin] api_keys = [\"…\"]")
+    unknown = sorted(set(table) - {"api_keys"})
+    if unknown:
+        raise InvalidParameter(f"[admin] has no setting {unknown[0]!r}; it takes api_keys")
+    keys = table.get("api_keys", [])
+    if not isinstance(keys, list) or not all(isinstance(k, str) and len(k) >= 8 for k in keys):
+        raise InvalidParameter("[admin] api_keys must be a list of strings of 8+ chars")
+    for key in keys:
+        if key in tenant_keys:
+            raise InvalidParameter(f"an [admin] API key is also a key of [tenants."
+                                   f"{tenant_keys[key]}]; give the admin its own key")
+    return frozenset(keys)
