@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,35 @@ class GatedTone(ToneEngine):
 def gated_tone() -> GatedTone:
     """A tone engine a test can hold shut, to observe what arrives before a render ends."""
     return GatedTone()
+
+
+@pytest.fixture
+def make_tmpfs(tmp_path: Path) -> Iterator[Callable[..., Path]]:
+    """Mount real tmpfs folders (``size``, ``nr_inodes``) for full-disk and read-only
+    faults; each is unmounted after the test. Skips where mounting is not allowed."""
+    mounts: list[Path] = []
+
+    def mount(name: str = "fs", size: str = "2m", inodes: int | None = None) -> Path:
+        target = tmp_path / name
+        target.mkdir()
+        options = f"size={size}" + (f",nr_inodes={inodes}" if inodes else "")
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(target)],
+                              capture_output=True, check=False)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+        mounts.append(target)
+        return target
+
+    yield mount
+    for target in reversed(mounts):
+        subprocess.run(["umount", "-l", str(target)], capture_output=True, check=False)
+
+
+def _remount(target: Path, mode: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{mode}", str(target)], check=True)
+
+
+@pytest.fixture
+def remount() -> Callable[[Path, str], None]:
+    """Remount a test tmpfs ``ro`` or ``rw`` (a folder that turns read-only under us)."""
+    return _remount

@@ -4,11 +4,15 @@ Reads go memory → disk; a disk hit is promoted into memory. Writes go to every
 tier (disk first, since it is the one that survives). A tier that fails is a
 miss for that request, never an error for the caller. Caps are enforced right
 after a write that crosses them, so the disk tier never drifts far over.
+Deletes and pin changes are published to the other processes sharing the folder
+(``tiers.invalidation``), which apply them to their memory tiers within
+``POLL_SECONDS``.
 """
 
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -18,6 +22,7 @@ from typing import Any
 
 from .entry import Entry
 from .tiers.disk import DiskTier
+from .tiers.invalidation import InvalidationLog
 from .tiers.lifecycle import Limits, enforce
 from .tiers.memory import DEFAULT_KIND_BUDGET, MemoryTier
 
@@ -45,6 +50,10 @@ class CacheConfig:
         }
 
 
+def _tenant_of(entry: Entry) -> str:
+    return str(entry.header.meta.get("tenant", "default"))
+
+
 class Cache:
     """Memory and disk tiers over one cache folder."""
 
@@ -59,35 +68,99 @@ class Cache:
         self._counts: dict[str, int] = {}
         self._count_lock = threading.Lock()
         self._enforce_lock = threading.Lock()
+        self.invalidations = InvalidationLog(self.root, self._apply_invalidation)
 
     def get(self, key: str, kind: str = "audio") -> tuple[Entry, str] | None:
         """Return (entry, tier name) from the fastest tier holding ``key``."""
         entry = self.memory.get(key, kind)
         if entry is not None:
             return entry, "memory"
+        entry = self.read_disk(key, kind)
+        return None if entry is None else (entry, "disk")
+
+    def read_disk(self, key: str, kind: str = "audio") -> Entry | None:
+        """A disk read, promoted into memory unless a delete landed while it read."""
+        epoch = self.memory.epoch
         entry = self.disk.get(key, kind)
         if entry is not None:
-            self.memory.put(entry)
-            return entry, "disk"
-        return None
+            self.memory.put(entry, if_epoch=epoch, pinned=self.disk.is_pinned(key))
+        return entry
+
+    def get_owned(self, key: str, tenant: str, kind: str = "audio", *,
+                  check_index: bool = True) -> tuple[Entry, str] | None:
+        """(entry, tier) when ``key`` is stored *and* belongs to ``tenant``; else None.
+
+        Built so that a probe of another tenant's key cannot be told from a probe of an
+        absent one: both cost one memory peek and one index lookup, neither reads the
+        file, touches recency or counts a hit. Only the owner's request goes further.
+        ``check_index=False`` (one tenant only, nothing to wall off) reads the file
+        directly and checks its envelope.
+        """
+        held = self.memory.peek(key, kind)
+        if held is not None and _tenant_of(held) == tenant:
+            self.memory.touch(key, kind)
+            return held, "memory"
+        if check_index and self.disk.owner(key) != tenant:
+            return None  # absent and someone else's end here, after the same two steps
+        if held is not None:
+            return None  # held for another tenant (an index that disagrees changes nothing)
+        entry = self.read_disk(key, kind)
+        if entry is None or _tenant_of(entry) != tenant:
+            return None
+        return entry, "disk"
 
     def put(self, entry: Entry, *, tenant: str = "", pinned: bool = False,
             pin_until: float | None = None) -> bool:
         """Write through every tier; False if the disk tier could not store it."""
         stored = self.disk.put(entry, tenant=tenant, pinned=pinned, pin_until=pin_until)
-        self.memory.put(entry)
+        self.memory.put(entry, pinned=pinned)
         if stored:
             self._enforce_if_over()
         return stored
 
     def pin(self, key: str, pinned: bool = True, until: float | None = None) -> bool:
-        """Pin an entry so it is never evicted (until ``until``, when given)."""
-        return self.disk.pin(key, pinned, until)
+        """Pin an entry so it is never evicted (until ``until``, when given); every
+        process's memory tier keeps it through pressure too."""
+        found = self.disk.pin(key, pinned, until)
+        if found:
+            self.memory.set_pinned(key, pinned)
+            self._publish([("pin" if pinned else "unpin", key)])
+        return found
 
     def delete(self, key: str, kind: str = "audio") -> bool:
-        """Remove an entry from every tier."""
+        """Remove an entry and the entries derived from it (its encoded deliveries) from
+        every tier, here and — through the invalidation log — in every other process."""
+        targets = [(key, kind), *self.disk.children(key)]
         in_memory = self.memory.delete(key)
-        return self.disk.delete(key, kind) or in_memory
+        on_disk = False
+        for target, target_kind in targets:
+            self.memory.delete(target)
+            on_disk = self.disk.delete(target, target_kind) or on_disk
+        self._publish([("delete", target) for target, _ in targets])
+        return on_disk or in_memory
+
+    def lock_fault(self, exc: OSError) -> None:
+        """A per-key lock could not be taken (read-only folder, no inodes): counted, logged
+        once per cause; the render goes ahead without it."""
+        self.disk.faults.report("lock", exc, "a per-key lock could not be taken; rendering "
+                                "without it (another process may render the same key)")
+
+    def _publish(self, events: list[tuple[str, str]]) -> None:
+        try:
+            self.invalidations.publish(events)
+        except OSError as exc:
+            self.disk.faults.report("invalidation", exc, "a delete or pin could not be "
+                                    "published; other processes may serve the old state from "
+                                    "memory until they restart")
+
+    def _apply_invalidation(self, event: str, key: str) -> None:
+        """Another process changed ``key``: bring this process's memory tier in line."""
+        if event == "delete":
+            self.memory.delete(key)
+        elif event in ("pin", "unpin"):
+            self.memory.set_pinned(key, event == "pin")
+        elif event == "clear":
+            self.memory.clear()
 
     def count(self, name: str, delta: int = 1) -> None:
         """Count an event in this process and in the persisted counters."""
@@ -103,40 +176,54 @@ class Cache:
     def stats(self) -> dict[str, Any]:
         """Entries and bytes per tier plus the persisted counters."""
         self.disk.flush()
-        disk_bytes, disk_entries = self.disk.index.totals()
-        counters = self.disk.index.counters()
-        counters.pop("disk_bytes", None)
-        counters.pop("disk_entries", None)
+        counters = self.disk.counters()
+        disk: dict[str, Any] = {"entries": None, "bytes": None,
+                                "max_bytes": self.limits.max_bytes,
+                                "max_entries": self.limits.max_entries}
+        if counters is None:  # the index cannot answer now (locked, being rebuilt)
+            disk["index"] = "unavailable"
+            counters = {}
+        else:
+            disk["bytes"] = counters.pop("disk_bytes", 0)
+            disk["entries"] = counters.pop("disk_entries", 0)
         return {
             "root": str(self.root),
-            "tiers": {
-                "memory": self.memory.stats(),
-                "disk": {"entries": disk_entries, "bytes": disk_bytes,
-                         "max_bytes": self.limits.max_bytes,
-                         "max_entries": self.limits.max_entries},
-            },
+            "tiers": {"memory": self.memory.stats(), "disk": disk},
             "counters": counters,
         }
 
     def gc(self) -> dict[str, int]:
         """Enforce TTL and caps now (offline maintenance)."""
         self.disk.flush()
+        self.invalidations.rotate()
         return enforce(self.root, self.disk.index, self.limits)
 
     def _enforce_if_over(self) -> None:
+        """After a write that crossed a cap, evict down to the low watermark (one writer
+        at a time; the others go on), failing open if the index cannot answer."""
         limits = self.limits
         if limits.max_bytes is None and limits.max_entries is None:
             return
-        total_bytes, total_entries = self.disk.index.totals()
+        totals = self.disk.totals()
+        if totals is None:
+            return
+        total_bytes, total_entries = totals
         over = (limits.max_bytes is not None and total_bytes > limits.max_bytes) or (
             limits.max_entries is not None and total_entries > limits.max_entries)
         if over and self._enforce_lock.acquire(blocking=False):
-            try:
-                self.disk.flush()  # recency first, so the victims are the right ones
-                enforce(self.root, self.disk.index, limits)
-            finally:
-                self._enforce_lock.release()
+            self._enforce()
+
+    def _enforce(self) -> None:
+        try:
+            self.disk.flush()  # recency first, so the victims are the right ones
+            enforce(self.root, self.disk.index, self.limits)
+        except sqlite3.Error as exc:
+            self.disk.faults.report("eviction", exc, "eviction could not run; the disk tier "
+                                    "may stay over its cap until the index recovers")
+        finally:
+            self._enforce_lock.release()
 
     def close(self) -> None:
         """Flush counters and recency, stop background threads."""
+        self.invalidations.close()
         self.disk.close()

@@ -229,12 +229,12 @@ class CachedEngine:
         return replace(shared, cache="joined", seconds=time.perf_counter() - started)
 
     def _lead(self, resolved: ResolvedRequest, key: str, flight: Flight, started: float) -> Result:
-        with key_lock(self.cache.root / "locks", key, self.lock_wait) as locked:
+        with key_lock(self.cache.root / "locks", key, self.lock_wait,
+                      on_fault=self.cache.lock_fault) as locked:
             if locked:
                 # Another process may have rendered and stored it while we waited.
-                entry = self.cache.disk.get(key)
+                entry = self.cache.read_disk(key)
                 if entry is not None:
-                    self.cache.memory.put(entry)
                     self.cache.count("joins")
                     return Result(entry, key, "joined", "disk", time.perf_counter() - started)
             return self._render(resolved, key, flight, started)

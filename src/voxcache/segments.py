@@ -204,10 +204,10 @@ def _lead(cached: CachedEngine, resolved: ResolvedRequest, segments: list[Segmen
             todo: list[Segment] = []
             for seg_key in sorted(led):
                 locked = stack.enter_context(
-                    key_lock(cached.cache.root / "locks", seg_key, cached.lock_wait))
-                entry = cached.cache.disk.get(seg_key) if locked else None
+                    key_lock(cached.cache.root / "locks", seg_key, cached.lock_wait,
+                             on_fault=cached.cache.lock_fault))
+                entry = cached.cache.read_disk(seg_key) if locked else None
                 if entry is not None:  # another process rendered it while we waited
-                    cached.cache.memory.put(entry)
                     audio[seg_key] = entry.audio()
                     led[seg_key].future.set_result(
                         Result(entry, seg_key, "joined", "disk", 0.0))

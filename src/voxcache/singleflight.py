@@ -16,12 +16,13 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 from .audio import Audio
+from .fsmode import private_dirs
 
 
 class Flight:
@@ -97,18 +98,29 @@ class FlightGroup:
 
 
 @contextlib.contextmanager
-def key_lock(lock_dir: Path, key: str, wait: float, poll: float = 0.005) -> Iterator[bool]:
+def key_lock(lock_dir: Path, key: str, wait: float, poll: float = 0.005,
+             on_fault: Callable[[OSError], None] | None = None) -> Iterator[bool]:
     """Hold an exclusive cross-process lock on ``key``; yields False if ``wait`` ran out.
 
     The holder unlinks the lock file before releasing it, so the folder stays small.
     A waiter that then wins the lock on the unlinked inode notices (the path no
     longer names its file) and retries on a fresh one — two holders can never
     each believe they own the key.
+
+    The lock is an efficiency device (one render instead of several), never what
+    makes a take correct, so it fails open: a folder that turned read-only or ran
+    out of inodes yields False (``on_fault`` hears why) and the caller renders
+    without it rather than failing the request.
     """
     path = lock_dir / key[:2] / f"{key}.lock"
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     deadline = time.monotonic() + wait
-    fd = _acquire(path, deadline, poll)
+    try:
+        private_dirs(path.parent)
+        fd = _acquire(path, deadline, poll)
+    except OSError as exc:
+        fd = None
+        if on_fault is not None:
+            on_fault(exc)
     try:
         yield fd is not None
     finally:
@@ -120,7 +132,7 @@ def key_lock(lock_dir: Path, key: str, wait: float, poll: float = 0.005) -> Iter
 
 def _acquire(path: Path, deadline: float, poll: float) -> int | None:
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

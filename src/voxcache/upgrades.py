@@ -27,8 +27,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import InvalidParameter
+from .fsmode import private_sqlite
 from .key import digest, key_payload
 from .request import ResolvedRequest
+from .tiers.faults import FaultLog
 
 if TYPE_CHECKING:
     from .cached import CachedEngine, Result
@@ -38,6 +40,8 @@ log = logging.getLogger("voxcache.upgrades")
 POLICIES = {"strict": "strict", "stale-while-revalidate": "stale-while-revalidate",
             "swr": "stale-while-revalidate"}
 DB_NAME = "aliases.sqlite3"
+ALIAS_WAIT = 0.2
+"""Seconds a miss waits to record its alias behind another process's write lock."""
 
 
 def parse_model_policy(policy: str) -> str:
@@ -63,6 +67,7 @@ class Aliases:
     def __init__(self, root: Path) -> None:
         self.path = Path(root) / DB_NAME
         self._local = threading.local()
+        self._faults = FaultLog(log, lambda _name, _delta: None)
 
     def record(self, lineage: str, key: str, model: str) -> None:
         """Point ``lineage`` at the take just stored."""
@@ -71,8 +76,9 @@ class Aliases:
                 db.execute("INSERT INTO aliases VALUES (?,?,?,?) ON CONFLICT(lineage) DO UPDATE "
                            "SET key = excluded.key, model = excluded.model, "
                            "updated = excluded.updated", (lineage, key, model, time.time()))
-        except sqlite3.Error as exc:  # an alias is an accelerator: never fail a request on it
-            log.warning("could not record alias: %s", exc)
+        except (sqlite3.Error, OSError) as exc:  # an accelerator: never fail a request on it
+            self._faults.report("alias", exc, "a take's alias could not be recorded (it is "
+                                "served and stored; stale-while-revalidate cannot find it)")
 
     def get(self, lineage: str) -> tuple[str, str] | None:
         """Return (content key, model revision) of the latest take of ``lineage``."""
@@ -82,7 +88,7 @@ class Aliases:
             with self._connect() as db:
                 row = db.execute("SELECT key, model FROM aliases WHERE lineage = ?",
                                  (lineage,)).fetchone()
-        except sqlite3.Error:
+        except (sqlite3.Error, OSError):
             return None
         return (row[0], row[1]) if row else None
 
@@ -91,7 +97,9 @@ class Aliases:
         connection and a full-sync commit each time (~18 ms) would dominate a miss."""
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(self.path, timeout=10, check_same_thread=False)
+            private_sqlite(self.path)
+            # a miss records an alias: never wait long on another process's lock
+            db = sqlite3.connect(self.path, timeout=ALIAS_WAIT, check_same_thread=False)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("CREATE TABLE IF NOT EXISTS aliases (lineage TEXT PRIMARY KEY, "

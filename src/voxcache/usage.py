@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .fsmode import private_sqlite
 from .key import key_payload
 from .request import ResolvedRequest, SynthesisRequest
 
@@ -148,6 +149,7 @@ def _write(path: Path, waveform: frozenset[str], pending: dict[str, list[Any]],
 @contextlib.contextmanager
 def _connect(path: Path) -> Iterator[sqlite3.Connection]:
     """A connection committed on success and always closed."""
+    private_sqlite(path)
     db = sqlite3.connect(path, timeout=10)
     try:
         db.execute("PRAGMA journal_mode=WAL")

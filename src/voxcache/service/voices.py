@@ -11,9 +11,7 @@ new sentences need the clip uploaded again.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import shutil
 import time
@@ -24,6 +22,7 @@ import blake3
 
 from ..audio import decode_reference, fingerprint_reference
 from ..errors import BadReferenceAudio, InvalidParameter, NotFound
+from ..fsmode import private_dirs, write_private
 from ..request import normalize_text
 
 VOICE_ID = re.compile(r"vc_[0-9a-f]{24}")
@@ -78,10 +77,10 @@ class VoiceStore:
             return existing, False
         voice = Voice(voice_id, tenant, (name or voice_id)[:100], prompt, ref.fingerprint,
                       round(ref.duration, 3), ref.sample_rate, time.time(), private)
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dirs(folder)
         if not private:
-            _write(folder / "clip", clip)
-        _write(folder / "voice.json", json.dumps(asdict(voice)).encode())
+            write_private(folder / "clip", clip)
+        write_private(folder / "voice.json", json.dumps(asdict(voice)).encode())
         return voice, existing is None
 
     def get(self, tenant: str, voice_id: str) -> Voice:
@@ -127,16 +126,3 @@ class VoiceStore:
         if not VOICE_ID.fullmatch(voice_id):
             raise NotFound(f"no voice {voice_id!r}")
         return self._tenant_folder(tenant) / voice_id
-
-
-def _write(path: Path, data: bytes) -> None:
-    """Temp file + rename, 0600: a crash never leaves half a clip under its name."""
-    temp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(temp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)

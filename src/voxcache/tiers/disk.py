@@ -2,34 +2,52 @@
 
 Why it cannot serve a torn entry: a write goes to a temp file in the target
 folder and is published with ``link`` (atomic, and fails if the name exists —
-first writer wins); the reader verifies the envelope checksum, so even a file
+first writer wins); the reader verifies every byte of the file, so even a file
 truncated by a power cut after publication is detected, quarantined and read
 as a miss. A hit never touches SQLite: the path follows from the key, and the
 access is recorded in a batch that a background thread flushes.
+
+Why it cannot read outside the cache: an entry path is opened without following
+a symlink and without blocking (a FIFO planted there cannot hang a reader), and
+only a regular file of bounded size is read; anything else at an entry path is
+quarantined like a corrupt file.
+
+Why a local fault never fails a request: the index is an accelerator, so every
+statement on a request's path waits at most ``REQUEST_WAIT`` for a lock, and what
+cannot be written then is deferred to the flusher; a damaged index is rebuilt
+from the files in the background (``repair``) while hits and misses go on.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import logging
 import os
 import secrets
 import shutil
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from ..entry import CorruptEntry, Entry, decode
 from ..errors import CacheDirError
-from .index import Index, IndexRow
-from .layout import SUBFOLDERS, TEMP_PREFIX, entry_path, write_pin
+from ..fsmode import private_dirs, write_private
+from .entry_files import NotAnEntryFile, read_entry_file
+from .faults import FaultLog
+from .index import REQUEST_WAIT, Index, IndexRow, is_damaged
+from .layout import SUBFOLDERS, TEMP_PREFIX, entry_path, pin_path, write_pin
 from .lifecycle import rebuild_index, reconcile
 
 log = logging.getLogger("voxcache.disk")
+T = TypeVar("T")
 
 NETWORK_FILESYSTEMS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afs"}
+MAX_DEFERRED_ROWS = 100_000
 
 
 class DiskTier:
@@ -41,13 +59,17 @@ class DiskTier:
                  clock: Callable[[], float] = time.time) -> None:
         self.root = Path(root)
         self._clock = clock
+        self._pending: dict[str, tuple[int, float]] = {}
+        self._counters: dict[str, int] = {}
+        self._deferred: collections.deque[IndexRow] = collections.deque(maxlen=MAX_DEFERRED_ROWS)
+        self._deferred_pins: dict[str, tuple[bool, float | None]] = {}
+        self._pending_lock = threading.Lock()
+        self.faults = FaultLog(log, self.count)
         _prepare_root(self.root)
         warn_if_network_filesystem(self.root)
         self.index = _open_index(self.root)
         self._objects = str(self.root / "objects")
-        self._pending: dict[str, tuple[int, float]] = {}
-        self._counters: dict[str, int] = {}
-        self._pending_lock = threading.Lock()
+        self._repairing = threading.Lock()
         self._stop = threading.Event()
         self._flusher = threading.Thread(target=self._flush_loop, args=(flush_interval,),
                                          name="voxcache-disk-flush", daemon=True)
@@ -64,28 +86,19 @@ class DiskTier:
         try:
             report = reconcile(self.root, self.index)
         except Exception as exc:  # never take the process down over an accelerator
-            log.warning("disk tier: start-up check failed: %s", exc)
+            self._index_fault("start-up check", exc)
             return
         if any(report.values()):
             log.warning("disk tier: start-up check repaired the index: %s", report)
 
     # -- reads -------------------------------------------------------------
     def get(self, key: str, kind: str = "audio") -> Entry | None:
-        """Return the verified, unexpired entry, or None (corrupt files are quarantined)."""
+        """Return the verified, unexpired entry, or None (anything bad is quarantined)."""
         # String formatting, not Path joins: this is the disk-hit path (see layout.entry_path).
         suffix = ".wav" if kind == "audio" else ".vxc"
         path = f"{self._objects}/{key[:2]}/{key[2:4]}/{key}{suffix}"
-        try:
-            blob = _read_file(path)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            log.warning("disk tier: cannot read %s (%s); treating as a miss", path, exc)
-            return None
-        try:
-            entry = decode(blob, key)
-        except CorruptEntry as exc:
-            self.quarantine(key, kind, str(exc))
+        entry = self._read(path, key, kind)
+        if entry is None:
             return None
         now = self._clock()
         if entry.header.expired(now):
@@ -95,60 +108,210 @@ class DiskTier:
             self._pending[key] = (hits + 1, now)
         return entry
 
+    def _read(self, path: str, key: str, kind: str) -> Entry | None:
+        """The verified entry at ``path`` regardless of expiry; None when absent or bad."""
+        try:
+            blob = read_entry_file(path)
+        except FileNotFoundError:
+            return None
+        except NotAnEntryFile as exc:
+            self.quarantine(key, kind, str(exc))
+            return None
+        except OSError as exc:
+            self.faults.report("read", exc, f"cannot read {path}; treating it as a miss")
+            return None
+        try:
+            return decode(blob, key)
+        except CorruptEntry as exc:
+            self.quarantine(key, kind, str(exc))
+            return None
+
     def path_of(self, key: str, kind: str = "audio") -> Path:
         """Return the file path an entry would have (it may not exist)."""
         return entry_path(self.root, key, kind)
 
+    def is_pinned(self, key: str) -> bool:
+        """Whether ``key`` carries a pin marker (one stat, no index)."""
+        return os.path.lexists(pin_path(self.root, key))
+
+    def owner(self, key: str) -> str | None:
+        """The tenant the index says owns ``key`` (None: not indexed, or no index now)."""
+        return self._indexed("owner lookup", lambda: self.index.owner(key, REQUEST_WAIT), None)
+
     # -- writes ------------------------------------------------------------
     def put(self, entry: Entry, *, tenant: str = "", pinned: bool = False,
             pin_until: float | None = None) -> bool:
-        """Publish an entry; False if it could not be written (disk full, I/O error)."""
+        """Publish an entry; False if it could not be written (disk full, I/O error).
+
+        An entry already stored under the key (another writer's take of the same
+        request) counts as stored; an expired or damaged one is replaced.
+        """
         header = entry.header
         path = entry_path(self.root, header.key, header.kind)
         try:
-            published = _publish(path, entry.blob)
+            outcome = self._publish(path, entry)
         except OSError as exc:
-            log.warning("disk tier: could not store %s (%s); served without caching",
-                        header.key, exc)
-            self.count("write_errors")
+            self.faults.report("write", exc, "a take could not be stored; served without "
+                               "caching")
             return False
+        if outcome == "exists":
+            return True
         meta = header.meta
-        now = self._clock()
-        self.index.add(IndexRow(
+        row = IndexRow(
             key=header.key, kind=header.kind, size=entry.size, created=header.created,
-            expires=header.expires, last_access=now, hits=0, pinned=pinned, pin_until=pin_until,
-            tenant=tenant or str(meta.get("tenant", "")), engine=str(meta.get("engine", "")),
-            model=str(meta.get("model", "")), voice=str(meta.get("voice") or ""),
-            text=str(meta.get("text", ""))[:200],
-        ))
-        return published
+            expires=header.expires, last_access=self._clock(), hits=0, pinned=pinned,
+            pin_until=pin_until, tenant=tenant or str(meta.get("tenant", "")),
+            engine=str(meta.get("engine", "")), model=str(meta.get("model", "")),
+            voice=str(meta.get("voice") or ""), text=str(meta.get("text", ""))[:200],
+            parent=str(meta.get("parent") or ""))
+        try:
+            self.index.add(row, REQUEST_WAIT)
+        except sqlite3.Error as exc:
+            self._index_fault("write", exc)
+            with self._pending_lock:
+                self._deferred.append(row)
+        if pinned:
+            self._write_pin(header.key, True, pin_until)
+        return True
+
+    def _publish(self, path: Path, entry: Entry) -> str:
+        """Link a temp copy into place: ``new``, ``replaced`` (over an expired or bad
+        file) or ``exists`` (a live entry is already there: first writer wins)."""
+        private_dirs(path.parent)
+        temp = path.parent / f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(entry.blob)
+            try:
+                os.link(temp, path)
+                return "new"
+            except FileExistsError:
+                pass
+            key, kind = entry.header.key, entry.header.kind
+            existing = self._read(str(path), key, kind)  # a bad one is quarantined here
+            if existing is not None and not existing.header.expired(self._clock()):
+                return "exists"
+            if existing is not None:
+                os.replace(temp, path)  # an expired take gives way to the new one
+                return "replaced"
+            try:
+                os.link(temp, path)
+            except FileExistsError:
+                return "exists"  # another writer filled the freed name first
+            return "replaced"
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
 
     def pin(self, key: str, pinned: bool = True, until: float | None = None) -> bool:
         """Pin (never evict, optionally until a time) or unpin; False if not stored."""
-        if not self.index.set_pin(key, pinned, until):
+        try:
+            indexed = self.index.set_pin(key, pinned, until, REQUEST_WAIT)
+        except sqlite3.Error as exc:
+            self._index_fault("pin", exc)
+            with self._pending_lock:
+                self._deferred_pins[key] = (pinned, until)
+            indexed = False
+        with self._pending_lock:
+            deferred = any(row.key == key for row in self._deferred)
+            if deferred:
+                self._deferred_pins[key] = (pinned, until)
+        if not (indexed or deferred or os.path.lexists(self.path_of(key))):
             return False
-        write_pin(self.root, key, pinned, until)
+        return self._write_pin(key, pinned, until)
+
+    def _write_pin(self, key: str, pinned: bool, until: float | None) -> bool:
+        try:
+            write_pin(self.root, key, pinned, until)
+        except OSError as exc:
+            self.faults.report("pin", exc, "a pin marker could not be written")
+            return False
         return True
 
     def delete(self, key: str, kind: str = "audio") -> bool:
         """Remove an entry's row, then its file (row first: a reader may still hit the file)."""
-        self.index.remove([key])
-        write_pin(self.root, key, False, None)
+        self._indexed("delete", lambda: self.index.remove([key], REQUEST_WAIT), 0)
+        with self._pending_lock:
+            self._deferred = collections.deque((r for r in self._deferred if r.key != key),
+                                               maxlen=MAX_DEFERRED_ROWS)
+        with contextlib.suppress(OSError):
+            write_pin(self.root, key, False, None)
         try:
             entry_path(self.root, key, kind).unlink()
             return True
         except FileNotFoundError:
             return False
+        except IsADirectoryError:
+            self.quarantine(key, kind, "a folder at an entry path")
+            return True
+
+    def totals(self) -> tuple[int, int] | None:
+        """(bytes, entries) stored, or None while the index cannot say."""
+        return self._indexed("totals", lambda: self.index.totals(REQUEST_WAIT), None)
+
+    def counters(self) -> dict[str, int] | None:
+        """The persisted counters, or None while the index cannot say."""
+        return self._indexed("counters", lambda: self.index.counters(REQUEST_WAIT), None)
+
+    def rows(self, where: str = "1", args: tuple[object, ...] = (),
+             order: str = "last_access DESC", limit: int = -1) -> list[IndexRow] | None:
+        """Index rows matching a condition (internal callers), or None while the index
+        cannot say."""
+        return self._indexed("listing", lambda: self.index.rows(where, args, order, limit),
+                             None)
+
+    def children(self, key: str) -> list[tuple[str, str]]:
+        """(key, kind) of the stored entries derived from ``key`` (encoded deliveries)."""
+        return self._indexed("children lookup", lambda: self.index.children(key, REQUEST_WAIT),
+                             [])
 
     def quarantine(self, key: str, kind: str, reason: str) -> None:
         """Move a bad file aside for inspection, drop its row and count it."""
         src = entry_path(self.root, key, kind)
-        dest = self.root / "quarantine" / f"{src.name}.{int(self._clock())}"
-        with contextlib.suppress(FileNotFoundError):
+        dest = self.root / "quarantine" / f"{src.name}.{int(self._clock())}-{secrets.token_hex(3)}"
+        try:
             os.replace(src, dest)
             log.warning("disk tier: quarantined %s: %s", key, reason)
-        self.index.remove([key])
+        except FileNotFoundError:
+            pass
+        except OSError as exc:  # cannot move it: at least never serve it
+            self.faults.report("quarantine", exc, f"could not quarantine {key}")
+        self._indexed("quarantine", lambda: self.index.remove([key], REQUEST_WAIT), 0)
         self.count("corruptions")
+
+    # -- the index, failing open -------------------------------------------------------
+    def _indexed(self, what: str, call: Callable[[], T], default: T) -> T:
+        """Run an index statement; on any SQLite failure count it, log it once per cause,
+        start a rebuild when the file is damaged, and carry on with ``default``."""
+        try:
+            return call()
+        except sqlite3.Error as exc:
+            self._index_fault(what, exc)
+            return default
+
+    def _index_fault(self, what: str, exc: BaseException) -> None:
+        self.faults.report("index", exc, f"index {what} failed; serving on without it")
+        if is_damaged(exc):
+            self.start_repair()
+
+    def start_repair(self) -> bool:
+        """Rebuild a damaged index in the background (once at a time); True if started."""
+        if not self._repairing.acquire(blocking=False):
+            return False
+        threading.Thread(target=self._repair, name="voxcache-index-repair", daemon=True).start()
+        return True
+
+    def _repair(self) -> None:
+        from .repair import rebuild_damaged
+
+        try:
+            rebuild_damaged(self.root, self.index)
+        except Exception as exc:
+            self.faults.report("index repair", exc, "the index could not be rebuilt; "
+                               "`voxcache gc --rebuild-index` does it offline")
+        finally:
+            self._repairing.release()
 
     # -- bookkeeping ---------------------------------------------------------
     def count(self, name: str, delta: int = 1) -> None:
@@ -157,19 +320,30 @@ class DiskTier:
             self._counters[name] = self._counters.get(name, 0) + delta
 
     def flush(self) -> None:
-        """Write batched accesses and counters to the index."""
+        """Write batched accesses, counters and deferred rows to the index."""
+        if self.index.replaced_on_disk():  # another process swapped in a rebuilt index
+            self.index.reopen()
         with self._pending_lock:
             pending, self._pending = self._pending, {}
             counters, self._counters = self._counters, {}
+            deferred, pins = list(self._deferred), self._deferred_pins
+            self._deferred.clear()
+            self._deferred_pins = {}
         try:
+            if deferred:
+                self.index.add_many(deferred)
+            for key, (pinned, until) in pins.items():
+                self.index.set_pin(key, pinned, until)
             if pending:
                 self.index.record_access(pending)
             self.index.add_counters(counters)
-        except Exception as exc:  # the index is an accelerator: never fail a request on it
-            log.warning("disk tier: index flush failed (%s); will retry", exc)
+        except sqlite3.Error as exc:  # the index is an accelerator: keep it for the next try
+            self._index_fault("flush", exc)
             with self._pending_lock:
                 for name, delta in counters.items():
                     self._counters[name] = self._counters.get(name, 0) + delta
+                self._deferred.extendleft(reversed(deferred))
+                self._deferred_pins = {**pins, **self._deferred_pins}
 
     def _flush_loop(self, interval: float) -> None:
         while not self._stop.wait(interval):
@@ -185,53 +359,19 @@ class DiskTier:
         self.index.close()
 
 
-def _read_file(path: str) -> bytes:
-    """Read a whole file with one read call (skips the buffered-io layer on the hit path)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        data = os.read(fd, size)
-        while len(data) < size:  # a short read (signal, odd filesystem): keep going
-            more = os.read(fd, size - len(data))
-            if not more:
-                break
-            data += more
-        return data
-    finally:
-        os.close(fd)
-
-
-def _publish(path: Path, blob: bytes) -> bool:
-    """Write to a temp file beside ``path`` and link it into place; False if it existed."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    temp = path.parent / f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-        try:
-            os.link(temp, path)
-        except FileExistsError:
-            return False
-        return True
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-
-
 def _prepare_root(root: Path) -> None:
     """Create the cache folders (0700) and prove we can write there."""
     try:
         for sub in SUBFOLDERS:
-            (root / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_dirs(root / sub)
         os.chmod(root, 0o700)
-        probe = root / f"{TEMP_PREFIX}probe-{os.getpid()}"
+        probe = root / f"{TEMP_PREFIX}{os.getpid()}-probe"
         try:
-            probe.write_bytes(b"ok")
+            write_private(probe, b"ok")
         finally:
             probe.unlink(missing_ok=True)
     except OSError as exc:
-        if exc.errno == errno.ENOSPC:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             # Full, not broken: render anyway; each take says it was not stored.
             log.warning("disk tier: %s is full; takes are served but not cached until "
                         "space is freed", root)
@@ -245,30 +385,42 @@ def _prepare_root(root: Path) -> None:
 
 def _open_index(root: Path) -> Index:
     """Open the index, rebuilding it from the files when it is missing or unreadable."""
-    import sqlite3
-
     path = root / "index.sqlite3"
     existed = path.exists()
     try:
         index = Index(path)
         index.query("SELECT count(*) FROM entries")
+    except OSError as exc:
+        return _index_in_memory(root, path, exc)
     except sqlite3.OperationalError as exc:
+        if is_damaged(exc):
+            return _rebuilt(root, path, exc)
         # Locked, full or unwritable: the file may be fine, so never delete it here.
         if shutil.disk_usage(root).free > 1 << 20:
             raise CacheDirError(f"cache index {path} cannot be opened: {exc}. Fix the "
                                 "folder's permissions or choose another --cache-dir.") from None
-        log.warning("disk tier: %s is full, so the index cannot be opened (%s); hits are "
-                    "served, new takes are not cached until space is freed", root, exc)
-        return Index.in_memory()
+        return _index_in_memory(root, path, exc)
     except sqlite3.DatabaseError as exc:
-        log.warning("disk tier: index %s unreadable (%s); rebuilding from the files", path, exc)
-        for suffix in ("", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{path}{suffix}")
-        index = Index(path)
-        existed = False
+        return _rebuilt(root, path, exc)
     if not existed:
         rebuild_index(root, index)
+    return index
+
+
+def _index_in_memory(root: Path, path: Path, exc: BaseException) -> Index:
+    log.warning("disk tier: %s is full, so the index cannot be opened (%s); hits are "
+                "served, new takes are not cached until space is freed", root, exc)
+    return Index.in_memory()
+
+
+def _rebuilt(root: Path, path: Path, exc: BaseException) -> Index:
+    log.warning("disk tier: index %s unreadable (%s); rebuilding from the files", path, exc)
+    stamp = f"{int(time.time())}-{os.getpid()}"
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(f"{path}{suffix}", root / "quarantine" / f"{path.name}.{stamp}{suffix}")
+    index = Index(path)
+    rebuild_index(root, index)
     return index
 
 

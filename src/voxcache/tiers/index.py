@@ -9,7 +9,10 @@ Recency is written in batches (``record_access``), never on each read.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import math
+import os
 import sqlite3
 import threading
 import time
@@ -18,6 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ..fsmode import private_dirs, private_sqlite
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -35,11 +40,13 @@ CREATE TABLE IF NOT EXISTS entries (
     engine TEXT NOT NULL DEFAULT '',
     model TEXT NOT NULL DEFAULT '',
     voice TEXT NOT NULL DEFAULT '',
-    text TEXT NOT NULL DEFAULT ''
+    text TEXT NOT NULL DEFAULT '',
+    parent TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS entries_by_score ON entries(pinned, score);
 CREATE INDEX IF NOT EXISTS entries_by_kind_score ON entries(pinned, kind, score);
 CREATE INDEX IF NOT EXISTS entries_by_expiry ON entries(expires) WHERE expires IS NOT NULL;
+CREATE INDEX IF NOT EXISTS entries_by_parent ON entries(parent) WHERE parent != '';
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO counters VALUES ('disk_bytes', 0), ('disk_entries', 0);
 CREATE TRIGGER IF NOT EXISTS entries_added AFTER INSERT ON entries BEGIN
@@ -51,6 +58,17 @@ CREATE TRIGGER IF NOT EXISTS entries_removed AFTER DELETE ON entries BEGIN
     UPDATE counters SET value = value - 1 WHERE name = 'disk_entries';
 END;
 """
+
+MIGRATIONS = (
+    ("parent", "ALTER TABLE entries ADD COLUMN parent TEXT NOT NULL DEFAULT ''"),
+)
+"""Columns added since the first schema, with the statement that adds each to an old index."""
+
+BUSY_WAIT = 5.0
+"""Seconds a maintenance statement waits for another process's write lock."""
+REQUEST_WAIT = 0.2
+"""Seconds a statement on a request's path waits: a locked index must not stall a request
+(it used to wait 30 s, then fail); what cannot be written in time is deferred."""
 
 FREQUENCY_WEIGHT = 3600.0
 """Seconds of recency one doubling of the hit count is worth in the eviction score."""
@@ -85,6 +103,17 @@ class IndexRow:
     model: str
     voice: str
     text: str
+    parent: str = ""
+    """For a derived entry (an encoded delivery), the key it was derived from."""
+
+
+def is_damaged(exc: BaseException) -> bool:
+    """True for SQLite errors that mean the file itself is damaged (not locked or full)."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    text = str(exc).lower()
+    return not isinstance(exc, sqlite3.OperationalError) or "malformed" in text or (
+        "not a database" in text)
 
 
 class Index:
@@ -95,19 +124,30 @@ class Index:
         self._uri = uri
         self._local = threading.local()
         self._keepalive: sqlite3.Connection | None = None
+        self._generation = 0
+        self._inode: int | None = None
+        self._open_lock = None if uri else Path(path).parent / "locks" / "index.lock"
+        if not uri:
+            private_sqlite(path)
         self._first_open()
 
     def _first_open(self, attempts: int = 100) -> None:
-        """Create the schema, retrying while another process does the same.
+        """Create (or migrate) the schema, retrying while another process does the same.
 
         Switching a fresh file to WAL takes an exclusive lock and SQLite does not wait
         for it (its busy handler is not consulted), so processes opening one new folder
         at the same instant can see "database is locked" here; seen with 4 workers
-        starting together. Every step is idempotent, so trying again is safe.
+        starting together. Every step is idempotent, so trying again is safe. An index
+        whose schema is already current is only read, so a start never waits on another
+        process's write transaction.
         """
         for attempt in range(attempts):
             try:
-                self._connect().executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")
+                if self._schema_current():
+                    return
+                db = self._connect()
+                db.executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")
+                self._migrate(db)
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or attempt == attempts - 1:
@@ -115,21 +155,83 @@ class Index:
                 self.close()
                 time.sleep(0.02 + 0.002 * attempt)
 
+    def _schema_current(self) -> bool:
+        columns = {row[1] for row in self._connect().execute("PRAGMA table_info(entries)")}
+        return bool(columns) and all(name in columns for name, _ in MIGRATIONS)
+
+    def _migrate(self, db: sqlite3.Connection) -> None:
+        columns = {row[1] for row in db.execute("PRAGMA table_info(entries)")}
+        for name, statement in MIGRATIONS:
+            if name not in columns:
+                with contextlib.suppress(sqlite3.OperationalError):  # another process won
+                    db.execute(statement)
+        db.executescript(SCHEMA)  # indexes on the new columns
+
     def _connect(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
-        if db is None:
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None,
+        if db is not None and self._local.generation == self._generation:
+            return db
+        if db is not None:
+            db.close()
+        with self._opening():
+            db = sqlite3.connect(self.path, timeout=BUSY_WAIT, isolation_level=None,
                                  check_same_thread=False, uri=self._uri)
-            self._local.db = db
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            db.create_function("vx_score", 2, score, deterministic=True)
+            if self._inode is None and not self._uri:
+                self._inode = os.stat(self.path).st_ino
+        db.create_function("vx_score", 2, score, deterministic=True)
+        self._local.db = db
+        self._local.generation = self._generation
+        self._local.wait = BUSY_WAIT
         return db
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """Run statements in one IMMEDIATE transaction (one writer at a time)."""
+    def _opening(self) -> Iterator[None]:
+        """Hold the index's open lock shared while a connection opens the files.
+
+        ``repair.swap_index`` takes it exclusively while it moves a damaged index and
+        its ``-wal``/``-shm`` aside and puts the rebuilt one in place, so no connection
+        can ever pair the new database with the old write-ahead log.
+        """
+        if self._open_lock is None:
+            yield
+            return
+        private_dirs(self._open_lock.parent)
+        fd = os.open(self._open_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)
+
+    def reopen(self) -> None:
+        """Make every thread open a fresh connection at its next statement."""
+        self._inode = None
+        self._generation += 1
+
+    def replaced_on_disk(self) -> bool:
+        """True when the file at ``path`` is no longer the one this index opened."""
+        if self._uri or self._inode is None:
+            return False
+        try:
+            return os.stat(self.path).st_ino != self._inode
+        except FileNotFoundError:
+            return True
+
+    def _waiting(self, db: sqlite3.Connection, wait: float | None) -> None:
+        """Set how long the next statements wait for a lock (a cheap PRAGMA, only on change)."""
+        wait = BUSY_WAIT if wait is None else wait
+        if self._local.wait != wait:
+            db.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
+            self._local.wait = wait
+
+    @contextmanager
+    def transaction(self, wait: float | None = None) -> Iterator[sqlite3.Connection]:
+        """Run statements in one IMMEDIATE transaction (one writer at a time); ``wait``
+        bounds how long it waits for another writer (``REQUEST_WAIT`` on a request)."""
         db = self._connect()
+        self._waiting(db, wait)
         db.execute("BEGIN IMMEDIATE")
         try:
             yield db
@@ -138,24 +240,50 @@ class Index:
             raise
         db.execute("COMMIT")
 
-    def query(self, sql: str, args: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+    def query(self, sql: str, args: Iterable[Any] = (), wait: float | None = None
+              ) -> list[tuple[Any, ...]]:
         """Run a read-only query."""
-        return self._connect().execute(sql, tuple(args)).fetchall()
+        db = self._connect()
+        self._waiting(db, wait)
+        return db.execute(sql, tuple(args)).fetchall()
 
-    def add(self, row: IndexRow) -> bool:
-        """Insert a row unless the key is present; True if inserted."""
-        with self.transaction() as db:
-            cur = db.execute(
-                "INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (row.key, row.kind, row.size, row.created, row.expires, row.last_access,
-                 row.hits, score(row.last_access, row.hits), int(row.pinned), row.pin_until,
-                 row.tenant, row.engine, row.model, row.voice, row.text),
-            )
-            return cur.rowcount == 1
+    def add(self, row: IndexRow, wait: float | None = None) -> bool:
+        """Insert a row unless the key holds one at least as new; True if inserted."""
+        return self.add_many([row], wait) == 1
 
-    def remove(self, keys: Iterable[str]) -> int:
+    def add_many(self, rows: Iterable[IndexRow], wait: float | None = None) -> int:
+        """Insert rows in one transaction; return how many went in.
+
+        A row replaces the key's row only when it describes a newer take (an expired
+        entry re-rendered under the same key): delete-then-insert, so the totals'
+        triggers see both sides, which an upsert would hide from them.
+        """
+        added = 0
+        with self.transaction(wait) as db:
+            for r in rows:
+                db.execute("DELETE FROM entries WHERE key = ? AND created < ?",
+                           (r.key, r.created))
+                added += db.execute(
+                    "INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (r.key, r.kind, r.size, r.created, r.expires, r.last_access, r.hits,
+                     score(r.last_access, r.hits), int(r.pinned), r.pin_until, r.tenant,
+                     r.engine, r.model, r.voice, r.text, r.parent)).rowcount
+        return added
+
+    def owner(self, key: str, wait: float | None = None) -> str | None:
+        """The tenant an indexed entry belongs to (None: not indexed). One primary-key
+        lookup whatever the answer, so "someone else's" costs what "absent" costs."""
+        rows = self.query("SELECT tenant FROM entries WHERE key = ?", (key,), wait)
+        return rows[0][0] if rows else None
+
+    def children(self, key: str, wait: float | None = None) -> list[tuple[str, str]]:
+        """(key, kind) of the entries derived from ``key`` (its encoded deliveries)."""
+        return [(k, kind) for k, kind in self.query(
+            "SELECT key, kind FROM entries WHERE parent = ?", (key,), wait)]
+
+    def remove(self, keys: Iterable[str], wait: float | None = None) -> int:
         """Delete rows; return how many existed."""
-        with self.transaction() as db:
+        with self.transaction(wait) as db:
             return sum(db.execute("DELETE FROM entries WHERE key = ?", (k,)).rowcount
                        for k in keys)
 
@@ -179,18 +307,19 @@ class Index:
                     "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
                     (name, delta))
 
-    def counters(self) -> dict[str, int]:
+    def counters(self, wait: float | None = None) -> dict[str, int]:
         """Return every persisted counter."""
-        return dict(self.query("SELECT name, value FROM counters"))
+        return dict(self.query("SELECT name, value FROM counters", (), wait))
 
-    def totals(self) -> tuple[int, int]:
+    def totals(self, wait: float | None = None) -> tuple[int, int]:
         """Return (bytes, entries) of the disk tier."""
-        c = self.counters()
+        c = self.counters(wait)
         return c.get("disk_bytes", 0), c.get("disk_entries", 0)
 
-    def set_pin(self, key: str, pinned: bool, pin_until: float | None = None) -> bool:
+    def set_pin(self, key: str, pinned: bool, pin_until: float | None = None,
+                wait: float | None = None) -> bool:
         """Pin or unpin an entry; False if the key is not indexed."""
-        with self.transaction() as db:
+        with self.transaction(wait) as db:
             cur = db.execute("UPDATE entries SET pinned = ?, pin_until = ? WHERE key = ?",
                              (int(pinned), pin_until if pinned else None, key))
             return cur.rowcount == 1
@@ -200,6 +329,18 @@ class Index:
         """Return rows matching a SQL condition (internal callers only)."""
         sql = f"SELECT * FROM entries WHERE {where} ORDER BY {order} LIMIT ?"
         return [IndexRow(*r[:7], bool(r[8]), *r[9:]) for r in self.query(sql, (*args, limit))]
+
+    def healthy(self) -> bool:
+        """True when a fresh connection reads the whole file without finding damage."""
+        if self._uri:
+            return True
+        try:
+            read_only = Path(self.path).resolve().as_uri() + "?mode=ro"
+            with contextlib.closing(sqlite3.connect(read_only, uri=True,
+                                                    timeout=BUSY_WAIT)) as db:
+                return db.execute("PRAGMA quick_check(1)").fetchone()[0] == "ok"
+        except sqlite3.DatabaseError:
+            return False
 
     @classmethod
     def in_memory(cls) -> Index:

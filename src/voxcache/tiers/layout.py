@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..fsmode import write_private
+
 TEMP_PREFIX = ".tmp-"
 STALE_TEMP_SECONDS = 600.0
 SUBFOLDERS = ("objects", "quarantine", "locks", "pins")
@@ -46,6 +48,6 @@ def write_pin(root: Path, key: str, pinned: bool, until: float | None) -> None:
     """Create or remove the pin marker."""
     path = pin_path(root, key)
     if pinned:
-        path.write_text(json.dumps({"until": until}))
+        write_private(path, json.dumps({"until": until}).encode())
     else:
         path.unlink(missing_ok=True)

@@ -9,13 +9,17 @@ concurrent reader either finds the file (and serves a valid entry) or does not
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
+import re
+import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..entry import CorruptEntry, decode
+from .entry_files import NotAnEntryFile, read_entry_file
 from .index import Index, IndexRow
 from .layout import (
     STALE_TEMP_SECONDS,
@@ -28,6 +32,8 @@ from .layout import (
 
 log = logging.getLogger("voxcache.lifecycle")
 
+_TEMP_PID = re.compile(r"\.tmp-(?:[a-z]+-)?(\d+)-")
+"""The writer's pid in a temp file name: ``.tmp-<pid>-…`` (``.tmp-ready-<pid>-…`` too)."""
 BATCH = 256
 VICTIMS = ("pinned = 0 AND kind = 'encoded'", "pinned = 0")
 """Where victims come from, in order: delivery encodings (re-derivable from their PCM)
@@ -51,7 +57,7 @@ def enforce(root: Path, index: Index, limits: Limits, now: float | None = None) 
     evicted = {"expired": 0, "size": 0, "count": 0}
     _unpin_lapsed(root, index, now)
     expired = index.rows("expires IS NOT NULL AND expires <= ?", (now,), order="expires")
-    evicted["expired"] = _drop(root, index, expired)
+    evicted["expired"] = _drop(root, index, expired, still_expired_at=now)
     total_bytes, total_entries = index.totals()
     if limits.max_bytes is not None and total_bytes > limits.max_bytes:
         evicted["size"] = _evict_down(root, index, now, "size",
@@ -95,21 +101,51 @@ def _unpin_lapsed(root: Path, index: Index, now: float) -> None:
         write_pin(root, row.key, False, None)
 
 
-def _drop(root: Path, index: Index, rows: list[IndexRow]) -> int:
+def _drop(root: Path, index: Index, rows: list[IndexRow],
+          still_expired_at: float | None = None) -> int:
+    """Delete rows, then the files of the rows that were really deleted.
+
+    With ``still_expired_at`` a row goes only if its take is still expired: a writer may
+    have re-rendered the key meanwhile (a newer row), and its fresh file must stay.
+    """
     if not rows:
         return 0
-    index.remove(r.key for r in rows)
-    for row in rows:
+    gone: list[IndexRow] = []
+    with index.transaction() as db:
+        for row in rows:
+            if still_expired_at is None:
+                cur = db.execute("DELETE FROM entries WHERE key = ?", (row.key,))
+            else:
+                cur = db.execute("DELETE FROM entries WHERE key = ? AND expires <= ?",
+                                 (row.key, still_expired_at))
+            if cur.rowcount:
+                gone.append(row)
+    for row in gone:
+        path = entry_path(root, row.key, row.kind)
+        if still_expired_at is not None and not _file_expired(path, row.key, still_expired_at):
+            continue
         with contextlib.suppress(FileNotFoundError):
-            entry_path(root, row.key, row.kind).unlink()
-    return len(rows)
+            path.unlink()
+    return len(gone)
+
+
+def _file_expired(path: Path, key: str, now: float) -> bool:
+    """True unless the file at ``path`` is a live take (a re-render raced the collector)."""
+    try:
+        return decode(read_entry_file(str(path)), key).header.expired(now)
+    except (OSError, NotAnEntryFile, CorruptEntry):
+        return True
 
 
 def sweep_temp_files(root: Path, now: float | None = None) -> int:
-    """Remove temp files left by crashed writers (dead pid, or older than 10 minutes)."""
+    """Remove temp files left by crashed writers (dead pid, or older than 10 minutes),
+    wherever voxcache writes them: entry temps under ``objects/``, write probes in the
+    root, atomic-write temps of pins, voices and settings."""
     now = time.time() if now is None else now
     removed = 0
-    for folder, _dirs, files in os.walk(root / "objects"):
+    for folder, _dirs, files in os.walk(root):
+        if os.path.basename(folder) == "quarantine":
+            continue
         for name in files:
             if not name.startswith(TEMP_PREFIX):
                 continue
@@ -121,11 +157,38 @@ def sweep_temp_files(root: Path, now: float | None = None) -> int:
     return removed
 
 
+def sweep_lock_files(root: Path) -> int:
+    """Remove per-key lock files whose holder died (``locks/ab/<key>.lock``).
+
+    A holder unlinks its lock file before releasing it, so a file that anyone can lock
+    at once was left by a process killed while it held the key. It is unlinked while
+    locked and only if the path still names it — the same rule ``key_lock`` follows —
+    so a live holder or a waiter is never disturbed.
+    """
+    removed = 0
+    for path in (root / "locks").glob("??/*.lock"):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                os.unlink(path)
+                removed += 1
+        except OSError:  # held (BlockingIOError), or gone meanwhile
+            pass
+        finally:
+            os.close(fd)
+    return removed
+
+
 def _writer_alive(temp_name: str) -> bool:
-    try:
-        pid = int(temp_name[len(TEMP_PREFIX):].split("-", 1)[0])
-    except ValueError:
+    """Whether the process named in a temp file (``.tmp-<pid>-…``) is still running."""
+    match = _TEMP_PID.match(temp_name)
+    if match is None:
         return False
+    pid = int(match.group(1))
     if pid == os.getpid():
         return True
     try:
@@ -138,10 +201,11 @@ def _writer_alive(temp_name: str) -> bool:
 
 
 def _stored_files(root: Path) -> dict[str, Path]:
-    """Map key → path for every published object file."""
+    """Map key → path for everything published under an entry name (a folder planted
+    at an entry path included, so that it is quarantined rather than ignored)."""
     found: dict[str, Path] = {}
-    for folder, _dirs, files in os.walk(root / "objects"):
-        for name in files:
+    for folder, dirs, files in os.walk(root / "objects"):
+        for name in (*files, *dirs):
             if kind_of_file(name) is not None:
                 found[name[:64]] = Path(folder) / name
     return found
@@ -157,13 +221,19 @@ def reconcile(root: Path, index: Index) -> dict[str, int]:
     if stale:
         index.remove(stale)
     added = quarantined = 0
+    batch: list[IndexRow] = []
     for key in set(files) - indexed:
-        if _index_file(root, index, key, files[key]):
-            added += 1
-        else:
+        row = _row_of_file(root, index, key, files[key])
+        if row is None:
             quarantined += 1
+            continue
+        batch.append(row)
+        if len(batch) >= BATCH:
+            added += index.add_many(batch)
+            batch = []
+    added += index.add_many(batch) if batch else 0
     return {"added": added, "dropped": len(stale), "quarantined": quarantined,
-            "temp_removed": sweep_temp_files(root)}
+            "temp_removed": sweep_temp_files(root), "locks_removed": sweep_lock_files(root)}
 
 
 def rebuild_index(root: Path, index: Index) -> dict[str, int]:
@@ -173,24 +243,27 @@ def rebuild_index(root: Path, index: Index) -> dict[str, int]:
     return reconcile(root, index)
 
 
-def _index_file(root: Path, index: Index, key: str, path: Path) -> bool:
-    """Verify one file and add its row; quarantine it if it does not verify."""
+def _row_of_file(root: Path, index: Index, key: str, path: Path) -> IndexRow | None:
+    """Verify one file and return its row; quarantine it (None) if it does not verify."""
     try:
-        entry = decode(path.read_bytes(), key)
-    except (CorruptEntry, OSError) as exc:
+        entry = decode(read_entry_file(str(path)), key)
+        atime = os.stat(path, follow_symlinks=False).st_atime
+    except (CorruptEntry, NotAnEntryFile, IsADirectoryError) as exc:
         with contextlib.suppress(OSError):
-            os.replace(path, root / "quarantine" / f"{path.name}.{int(time.time())}")
+            os.replace(path, root / "quarantine" / f"{path.name}.{int(time.time())}-"
+                       f"{secrets.token_hex(3)}")
         index.add_counters({"corruptions": 1})
         log.warning("quarantined %s while rebuilding the index: %s", path.name, exc)
-        return False
+        return None
+    except OSError as exc:  # unreadable now (permissions, I/O): leave it for the next check
+        log.warning("could not check %s while rebuilding the index: %s", path.name, exc)
+        return None
     h = entry.header
-    stat = path.stat()
     pinned, pin_until = read_pin(root, key)
-    index.add(IndexRow(
+    return IndexRow(
         key=key, kind=h.kind, size=entry.size, created=h.created, expires=h.expires,
-        last_access=stat.st_atime, hits=0, pinned=pinned, pin_until=pin_until,
+        last_access=atime, hits=0, pinned=pinned, pin_until=pin_until,
         tenant=str(h.meta.get("tenant", "")), engine=str(h.meta.get("engine", "")),
         model=str(h.meta.get("model", "")), voice=str(h.meta.get("voice") or ""),
-        text=str(h.meta.get("text", ""))[:200],
-    ))
-    return True
+        text=str(h.meta.get("text", ""))[:200], parent=str(h.meta.get("parent") or ""),
+    )

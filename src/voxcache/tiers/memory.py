@@ -4,7 +4,13 @@ Entries enter this tier only after they were verified (read from disk) or
 built by us (fresh renders), and Python ``bytes`` cannot change afterwards, so
 a memory hit needs no second checksum pass — that is what keeps it in the
 microseconds. Each artifact kind has its own byte budget so that, say, a burst
-of large encoded variants cannot push out the canonical PCM.
+of large encoded variants cannot push out the canonical PCM; pinned entries are
+the last to go; an entry's derived entries (its encoded deliveries) go with it.
+
+The tier is private to a process, so a delete made elsewhere (another worker,
+the CLI) arrives later, through ``tiers.invalidation``. ``epoch`` counts the
+deletes applied, so a disk read that began before a delete does not promote the
+deleted take afterwards (``put(..., if_epoch=...)``).
 """
 
 from __future__ import annotations
@@ -35,8 +41,12 @@ class MemoryTier:
         self._clock = clock
         self._items: dict[str, OrderedDict[str, Entry]] = {}
         self._bytes: dict[str, int] = {}
+        self._pinned: set[str] = set()
+        self._children: dict[str, set[tuple[str, str]]] = {}
         self._lock = threading.Lock()
         self.evictions = 0
+        self.epoch = 0
+        """Deletes applied so far (see ``put``'s ``if_epoch``)."""
 
     def budget(self, kind: str) -> int:
         """Return the byte budget for one artifact kind."""
@@ -56,40 +66,77 @@ class MemoryTier:
             items.move_to_end(key)  # type: ignore[union-attr]
             return entry
 
-    def put(self, entry: Entry) -> bool:
-        """Store an entry; False when it is larger than the kind's whole budget."""
+    def peek(self, key: str, kind: str = "audio") -> Entry | None:
+        """The live entry for ``key`` without touching its recency (a probe that must not
+        count for the entry's owner uses this, then ``touch`` once ownership is known)."""
+        items = self._items.get(kind)
+        entry = items.get(key) if items is not None else None
+        if entry is None or entry.header.expired(self._clock()):
+            return None
+        return entry
+
+    def touch(self, key: str, kind: str = "audio") -> None:
+        """Mark ``key`` as just used."""
+        with self._lock:
+            items = self._items.get(kind)
+            if items is not None and key in items:
+                items.move_to_end(key)
+
+    def put(self, entry: Entry, *, if_epoch: int | None = None, pinned: bool = False) -> bool:
+        """Store an entry; False when it is larger than the kind's whole budget, or when
+        ``if_epoch`` is given and a delete was applied since (the caller read stale data)."""
         kind, key, size = entry.header.kind, entry.header.key, entry.size
         budget = self.budget(kind)
         if size > budget:
             return False
         with self._lock:
+            if if_epoch is not None and if_epoch != self.epoch:
+                return False
             items = self._items.setdefault(kind, OrderedDict())
             if key in items:
                 self._remove(kind, key)
             items[key] = entry
             self._bytes[kind] = self._bytes.get(kind, 0) + size
+            if pinned:
+                self._pinned.add(key)
+            parent = entry.header.meta.get("parent")
+            if isinstance(parent, str) and parent:
+                self._children.setdefault(parent, set()).add((kind, key))
             while self._bytes[kind] > budget:
-                oldest = next(iter(items))
-                self._remove(kind, oldest)
+                self._remove(kind, _victim(items, self._pinned))
                 self.evictions += 1
         return True
 
-    def delete(self, key: str, kind: str | None = None) -> bool:
-        """Drop ``key`` (from one kind, or from all); True if it was held."""
+    def set_pinned(self, key: str, pinned: bool) -> None:
+        """Keep ``key`` through memory pressure (or stop doing so)."""
         with self._lock:
-            kinds = [kind] if kind else list(self._items)
+            if pinned:
+                self._pinned.add(key)
+            else:
+                self._pinned.discard(key)
+
+    def delete(self, key: str, kind: str | None = None) -> bool:
+        """Drop ``key`` and the entries derived from it (from one kind, or from all);
+        True if anything was held."""
+        with self._lock:
+            self.epoch += 1
+            self._pinned.discard(key)
+            targets = [(k, key) for k in ([kind] if kind else list(self._items))]
+            targets += sorted(self._children.pop(key, ()))
             found = False
-            for k in kinds:
-                if key in self._items.get(k, {}):
-                    self._remove(k, key)
+            for k, target in targets:
+                if target in self._items.get(k, {}):
+                    self._remove(k, target)
                     found = True
             return found
 
     def clear(self) -> None:
         """Drop everything."""
         with self._lock:
+            self.epoch += 1
             self._items.clear()
             self._bytes.clear()
+            self._children.clear()
 
     def stats(self) -> dict[str, dict[str, int]]:
         """Entries and bytes per kind."""
@@ -103,3 +150,19 @@ class MemoryTier:
     def _remove(self, kind: str, key: str) -> None:
         entry = self._items[kind].pop(key)
         self._bytes[kind] -= entry.size
+        parent = entry.header.meta.get("parent")
+        if isinstance(parent, str) and parent in self._children:
+            self._children[parent].discard((kind, key))
+            if not self._children[parent]:
+                del self._children[parent]
+
+
+def _victim(items: OrderedDict[str, Entry], pinned: set[str]) -> str:
+    """The least recently used unpinned key (pinned ones met on the way are kept and
+    moved to the back); the least recent of all when every entry is pinned."""
+    for _ in range(len(items)):
+        key = next(iter(items))
+        if key not in pinned:
+            return key
+        items.move_to_end(key)
+    return next(iter(items))
