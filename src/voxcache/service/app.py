@@ -41,7 +41,8 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
     cached = cached or open_cached_engine(settings)
     admission = Admission(options.render_concurrency, options.render_queue, options.io_threads)
     metrics = Metrics(cached.cache, lambda: admission.queued, lambda: admission.running)
-    server = Server(cached, admission, metrics, options.request_timeout)
+    server = Server(cached, admission, metrics, options.request_timeout,
+                    multi_tenant=bool(options.api_keys))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

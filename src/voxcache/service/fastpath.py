@@ -54,7 +54,8 @@ class StoredAudioFastPath:
         if any(name in headers for name in PASS_THROUGH_HEADERS):
             return None
         state = scope["app"].state
-        entry = state.server.cache.memory.get(match.group(1))
+        memory = state.server.cache.memory
+        entry = memory.peek(match.group(1))  # no recency change until ownership is known
         if entry is None:
             return None
         text_headers = {name.decode("latin-1"): value.decode("latin-1")
@@ -63,4 +64,5 @@ class StoredAudioFastPath:
         tenant = tenant_for(state.options.api_keys, text_headers)
         if tenant is None or entry.header.meta.get("tenant", "default") != tenant:
             return None  # the route answers 401 or 404, exactly as for any other miss
+        memory.touch(match.group(1))
         return match.group(1), entry.blob

@@ -97,8 +97,9 @@ class _CacheCollector(Collector):
         entries = GaugeMetricFamily("voxcache_stored_entries", "Entries stored per tier",
                                     labels=["tier"])
         disk = stats["tiers"]["disk"]
-        stored.add_metric(["disk"], disk["bytes"])
-        entries.add_metric(["disk"], disk["entries"])
+        if disk["bytes"] is not None:  # None while the index cannot answer
+            stored.add_metric(["disk"], disk["bytes"])
+            entries.add_metric(["disk"], disk["entries"])
         memory = stats["tiers"]["memory"]
         stored.add_metric(["memory"], sum(k["bytes"] for k in memory.values()))
         entries.add_metric(["memory"], sum(k["entries"] for k in memory.values()))

@@ -98,8 +98,10 @@ class Server:
     """One engine behind the cache, with the pools and counters of a server process."""
 
     def __init__(self, cached: CachedEngine, admission: Admission, metrics: Metrics,
-                 timeout: float) -> None:
+                 timeout: float, multi_tenant: bool = False) -> None:
         self.cached = cached
+        self.multi_tenant = multi_tenant
+        """API keys are configured: stored takes are tenant-checked through the index."""
         self.cache = cached.cache
         self.admission = admission
         self.metrics = metrics
@@ -166,15 +168,25 @@ class Server:
             flight = self.cached.flights.get(key)
             if flight is not None:
                 return None  # join it (and stream it) below
-            entry = await self.admission.read(self.cache.disk.get, key)
+            entry = await self.admission.read(self.cache.read_disk, key)
             if entry is None:
                 return None
-            self.cache.memory.put(entry)
             tier = "disk"
         self.cache.count(f"hits_{tier}")
         self.metrics.hit(tier, entry)
         header = entry.header
         return Take(key, "HIT", tier, header.sample_rate, header.channels, entry=entry)
+
+    async def stored(self, key: str, tenant: str) -> tuple[Entry, str] | None:
+        """A stored take by key, only if ``tenant`` owns it (``Cache.get_owned``: another
+        tenant's key costs what an absent one costs and counts nothing for its owner).
+        The owner's memory hit stays on the loop; everything else runs in the I/O pool."""
+        check_index = self.multi_tenant
+        held = self.cache.memory.peek(key)
+        if held is not None and held.header.meta.get("tenant", "default") == tenant:
+            return self.cache.get_owned(key, tenant, check_index=check_index)
+        return await self.admission.read(
+            lambda: self.cache.get_owned(key, tenant, check_index=check_index))
 
     def _library_reason(self, resolved: ResolvedRequest,
                         request: SynthesisRequest) -> str | None:
