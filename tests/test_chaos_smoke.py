@@ -27,9 +27,6 @@ from voxcache import Cache, CachedEngine
 from voxcache.entry import audio_entry
 
 REPO = Path(__file__).resolve().parent.parent
-KNOWN_LEAKS = ("key_lock_files", "root_temp_files")
-"""Leftovers a restart does not remove today (each has a strict xfail below that shows it
-deterministically); every other leftover must be 0."""
 TONE = Workload("tone", 0.0)
 GOOD, WRONG, TORN = STRIDE, STRIDE + 1, STRIDE + 2
 
@@ -70,8 +67,7 @@ def check_promises(figures: dict[str, Any], kills: int) -> None:
     assert (v["mismatched"], v["unknown"], v["not_served"]) == (0, 0, 0)
     assert v["verified"] == v["stored"] == figures["after_restart"]["entries"]
     left = figures["leftovers_after_restart"]
-    assert {name: n for name, n in left.items() if name not in KNOWN_LEAKS} == {
-        name: 0 for name in left if name not in KNOWN_LEAKS}
+    assert left == dict.fromkeys(left, 0)
     assert figures["returncode"] == (1 if figures["broken_promises"] else 0)
 
 
@@ -89,9 +85,6 @@ cached.synthesize(SynthesisRequest("Held until killed.", params={"delay": 60.0})
 """
 
 
-@pytest.mark.xfail(strict=True, reason="a renderer killed while it holds a key's lock leaves "
-                   "locks/<ab>/<key>.lock behind, and neither a restart nor anything else "
-                   "removes it (reported with issue 8)")
 def test_a_restart_removes_the_lock_file_of_a_killed_renderer(tmp_path):
     root = tmp_path / "cache"
     renderer = subprocess.Popen([sys.executable, "-c", HOLD_A_KEY_LOCK, str(root)], cwd=REPO)
@@ -107,17 +100,30 @@ def test_a_restart_removes_the_lock_file_of_a_killed_renderer(tmp_path):
     assert survey(root).key_lock_files == 0
 
 
-@pytest.mark.xfail(strict=True, reason="the write probe a process makes while opening the "
-                   "folder (.tmp-probe-<pid> in the cache root) stays forever if the process "
-                   "is killed between writing and removing it: the start-up sweep only looks "
-                   "under objects/ (reported with issue 8)")
+KILLED_WHILE_OPENING = """
+import os, signal, sys
+from pathlib import Path
+from voxcache import Cache
+root = Path(sys.argv[1])
+unlink = os.unlink
+
+def die_before_removing_a_temp(path, *args, **kwargs):
+    # SIGKILL at the exact instant a temp file in the root is about to be removed.
+    if Path(path).parent == root and Path(path).name.startswith(".tmp-"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return unlink(path, *args, **kwargs)
+
+os.unlink = die_before_removing_a_temp
+Cache(root)
+"""
+
+
 def test_a_restart_removes_the_write_probe_of_a_killed_process(tmp_path):
     root = tmp_path / "cache"
     Cache(root).close()
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()  # its pid names no live process, as after a kill
-    (root / f".tmp-probe-{gone.pid}").write_bytes(b"ok")
-    assert survey(root).root_temp_files == 1
+    opener = subprocess.run([sys.executable, "-c", KILLED_WHILE_OPENING, str(root)], cwd=REPO)
+    assert opener.returncode == -9
+    assert survey(root).root_temp_files == 1, "the opener left no probe behind"
     Cache(root).close()
     assert survey(root).root_temp_files == 0
 
