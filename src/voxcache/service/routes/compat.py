@@ -12,6 +12,7 @@ user mounting these routers on their own FastAPI app) gets
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from fastapi import Request
@@ -42,6 +43,28 @@ class Served:
     wav: bytes
     audio: Audio
     headers: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Streamed:
+    """A take on its way: its headers and first audio now, the rest as it is rendered.
+
+    A miss (in gateway mode: the upstream still speaking) reaches the caller chunk by
+    chunk, exactly as the leader's render publishes it; a joiner replays what exists
+    and follows live; a hit is one chunk. If the render fails after the first chunk,
+    ``rest`` raises and the response must be cut off, never ended cleanly, so the
+    client can tell a torn take from a whole one (nothing of it is stored either).
+    """
+
+    first: Audio
+    rest: AsyncIterator[Audio]
+    headers: dict[str, str]
+
+    async def chunks(self) -> AsyncIterator[Audio]:
+        """Every chunk of the take, in order."""
+        yield self.first
+        async for chunk in self.rest:
+            yield chunk
 
 
 def engine_of(request: Request) -> Engine:
@@ -90,6 +113,38 @@ async def serve(request: Request, core: SynthesisRequest, route: str) -> Served:
     server.metrics.first_audio(take.cache, time.perf_counter() - started)
     server.metrics.request(route, take.cache, 200)
     return Served(take.entry.blob, take.entry.audio(), cache_headers(take, lookup("wav")))
+
+
+async def serve_streamed(request: Request, core: SynthesisRequest, route: str) -> Streamed:
+    """Like ``serve``, but a miss is handed over as it renders (see ``Streamed``).
+
+    Waits for the first chunk, so a refusal or an engine failure before any audio is
+    still raised here, while a proper error status can be sent.
+    """
+    server = getattr(request.app.state, "server", None)
+    if server is None:
+        served = await serve(request, core, route)
+        return Streamed(served.audio, _nothing(), served.headers)
+    from ...formats import lookup
+    from ..respond import cache_headers
+    from ..serving import MODES
+
+    mode = request.headers.get("x-cache-mode", "use")
+    if mode not in MODES:
+        raise InvalidParameter(f"X-Cache-Mode must be one of {', '.join(MODES)}, got {mode!r}")
+    started = time.perf_counter()
+    resolved, key = await server.resolve(core)
+    take = await server.take(resolved, key, mode, stream=True, request=core)
+    chunks = take.chunks(server.timeout)
+    first = await anext(chunks)
+    server.metrics.first_audio(take.cache, time.perf_counter() - started)
+    server.metrics.request(route, take.cache, 200)
+    return Streamed(first, chunks, cache_headers(take, lookup("wav")))
+
+
+async def _nothing() -> AsyncIterator[Audio]:
+    return
+    yield  # an async generator that ends at once
 
 
 def status_of(exc: VoxcacheError) -> int:
