@@ -68,6 +68,7 @@ class Cache:
         self._counts: dict[str, int] = {}
         self._count_lock = threading.Lock()
         self._enforce_lock = threading.Lock()
+        self._listeners: dict[str, list[Callable[[str], None]]] = {}
         self.invalidations = InvalidationLog(self.root, self._apply_invalidation)
 
     def get(self, key: str, kind: str = "audio") -> tuple[Entry, str] | None:
@@ -153,6 +154,15 @@ class Cache:
                                     "published; other processes may serve the old state from "
                                     "memory until they restart")
 
+    def on_event(self, event: str, listener: Callable[[str], None]) -> None:
+        """Call ``listener(subject)`` when another process announces ``event`` (e.g.
+        ``revision``: a gateway switched the upstream's weights; see ``announce``)."""
+        self._listeners.setdefault(event, []).append(listener)
+
+    def announce(self, event: str, subject: str) -> None:
+        """Tell the other processes sharing this folder that ``subject`` changed."""
+        self._publish([(event, subject)])
+
     def _apply_invalidation(self, event: str, key: str) -> None:
         """Another process changed ``key``: bring this process's memory tier in line."""
         if event == "delete":
@@ -161,6 +171,8 @@ class Cache:
             self.memory.set_pinned(key, event == "pin")
         elif event == "clear":
             self.memory.clear()
+        for listener in self._listeners.get(event, ()):
+            listener(key)
 
     def count(self, name: str, delta: int = 1) -> None:
         """Count an event in this process and in the persisted counters."""

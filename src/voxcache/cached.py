@@ -74,7 +74,7 @@ class CachedEngine:
         self.max_text_chars = max_text_chars
         self.flights = flights or FlightGroup()
         self._waveform = frozenset(n for n, s in engine.params.items() if s.shapes_waveform)
-        self._key_memo: dict[tuple[Any, ...], tuple[ResolvedRequest, str]] = {}
+        self._key_memo: dict[tuple[str, tuple[Any, ...]], tuple[ResolvedRequest, str]] = {}
         self.segments = segments
         """Serve multi-sentence misses from cached sentences (see ``voxcache.segments``)."""
         if segments:
@@ -105,7 +105,10 @@ class CachedEngine:
         microseconds. Requests with reference audio skip it: hashing the clip is the
         cost, and the fingerprint has its own memo.
         """
-        memo_key = _memo_key(request)
+        identity = _memo_key(request)
+        # the revision in force is part of the memo's key: a gateway that switches its
+        # upstream's weights changes it at run time, and every key with it
+        memo_key = None if identity is None else (self.engine.model_revision, identity)
         if memo_key is not None:
             known = self._key_memo.get(memo_key)
             if known is not None:

@@ -33,7 +33,9 @@ LOG_NAME = "invalidations.log"
 LOCK_NAME = "invalidations.lock"
 POLL_SECONDS = 0.1
 ROTATE_BYTES = 8 << 20
-EVENTS = ("delete", "pin", "unpin", "clear")
+EVENTS = ("delete", "pin", "unpin", "clear", "revision")
+"""``revision``: an engine's model revision changed (a gateway proxied a weight switch);
+its "key" is the engine id, and ``Cache.on_event`` listeners reload what is in force."""
 
 Apply = Callable[[str, str], None]
 """Called with (event, key) for each change another process made; ``clear`` drops all."""
