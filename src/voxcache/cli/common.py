@@ -30,8 +30,9 @@ EXIT_CODES_HELP = """exit codes (every command):
        prefix, an unreadable file or config, input the engine refuses
   130  interrupted
 
-Every command prints for people by default and one JSON document with --json (on an
-error too: {"error": {"message": ..., "exit_code": ...}} on stdout, the message on stderr)."""
+synth, explain, stats, ls, pin, unpin, purge, gc, warm and rerender print for people by
+default and one JSON document with --json, an error included once the options parse
+({"error": {"message": ..., "exit_code": ...}} on stdout, the message on stderr)."""
 
 progress_console = Console(stderr=True)
 """Progress bars go to stderr: stdout carries the result (one JSON document with --json)."""
