@@ -1,11 +1,12 @@
-"""The tiers put together: read order, promotion, write-through, counters.
+"""One cache folder: its tier stack, lifecycle, counters and cross-process news.
 
-Reads go memory → disk; a disk hit is promoted into memory. Writes go to every
-tier (disk first, since it is the one that survives). A tier that fails is a
-miss for that request, never an error for the caller. Caps are enforced right
-after a write that crosses them, so the disk tier never drifts far over.
-Deletes and pin changes are published to the other processes sharing the folder
-(``tiers.invalidation``), which apply them to their memory tiers within
+Reads and writes go through ``tiers.base.TierStack`` (memory → disk: read order,
+promotion, write-through and the fail-open rule live there, once for every
+tier). This module adds what belongs to a cache folder as a whole: caps
+enforced right after a write that crosses them (so the disk tier never drifts
+far over), counters, pins, tenant-checked lookups, and news for the other
+processes sharing the folder — deletes, pin changes and revision switches go out
+through ``tiers.invalidation`` and reach their memory tiers within
 ``POLL_SECONDS``.
 """
 
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .entry import Entry
+from .tiers.base import TierStack
 from .tiers.disk import DiskTier
 from .tiers.invalidation import InvalidationLog
 from .tiers.lifecycle import Limits, enforce
@@ -61,9 +63,10 @@ class Cache:
                  clock: Callable[[], float] = time.time) -> None:
         self.root = Path(root)
         self.config = config or CacheConfig()
-        self.memory = MemoryTier(self.config.memory_budgets, self.config.memory_default_budget,
-                                 clock=clock)
         self.disk = DiskTier(self.root, clock=clock)
+        self.memory = MemoryTier(self.config.memory_budgets, self.config.memory_default_budget,
+                                 clock=clock, pinned=self.disk.is_pinned)
+        self.tiers = TierStack([self.memory, self.disk], self.disk.faults)
         self.limits = Limits(self.config.disk_max_bytes, self.config.disk_max_entries)
         self._counts: dict[str, int] = {}
         self._count_lock = threading.Lock()
@@ -73,19 +76,13 @@ class Cache:
 
     def get(self, key: str, kind: str = "audio") -> tuple[Entry, str] | None:
         """Return (entry, tier name) from the fastest tier holding ``key``."""
-        entry = self.memory.get(key, kind)
-        if entry is not None:
-            return entry, "memory"
-        entry = self.read_disk(key, kind)
-        return None if entry is None else (entry, "disk")
+        return self.tiers.get(key, kind)
 
     def read_disk(self, key: str, kind: str = "audio") -> Entry | None:
-        """A disk read, promoted into memory unless a delete landed while it read."""
-        epoch = self.memory.epoch
-        entry = self.disk.get(key, kind)
-        if entry is not None:
-            self.memory.put(entry, if_epoch=epoch, pinned=self.disk.is_pinned(key))
-        return entry
+        """A read below the memory tier, promoted into memory (unless a delete landed
+        while it read)."""
+        found = self.tiers.get(key, kind, start=1)
+        return None if found is None else found[0]
 
     def get_owned(self, key: str, tenant: str, kind: str = "audio", *,
                   check_index: bool = True) -> tuple[Entry, str] | None:
@@ -113,8 +110,7 @@ class Cache:
     def put(self, entry: Entry, *, tenant: str = "", pinned: bool = False,
             pin_until: float | None = None) -> bool:
         """Write through every tier; False if the disk tier could not store it."""
-        stored = self.disk.put(entry, tenant=tenant, pinned=pinned, pin_until=pin_until)
-        self.memory.put(entry, pinned=pinned)
+        stored = self.tiers.put(entry, tenant=tenant, pinned=pinned, pin_until=pin_until)
         if stored:
             self._enforce_if_over()
         return stored
@@ -132,13 +128,12 @@ class Cache:
         """Remove an entry and the entries derived from it (its encoded deliveries) from
         every tier, here and — through the invalidation log — in every other process."""
         targets = [(key, kind), *self.disk.children(key)]
-        in_memory = self.memory.delete(key)
-        on_disk = False
+        found = False
         for target, target_kind in targets:
-            self.memory.delete(target)
-            on_disk = self.disk.delete(target, target_kind) or on_disk
+            found = self.tiers.delete(target, target_kind) or found
+        self.memory.delete(key)  # and the children it holds (any kind)
         self._publish([("delete", target) for target, _ in targets])
-        return on_disk or in_memory
+        return found
 
     def lock_fault(self, exc: OSError) -> None:
         """A per-key lock could not be taken (read-only folder, no inodes): counted, logged
@@ -166,7 +161,7 @@ class Cache:
     def _apply_invalidation(self, event: str, key: str) -> None:
         """Another process changed ``key``: bring this process's memory tier in line."""
         if event == "delete":
-            self.memory.delete(key)
+            self.tiers.forget(key)
         elif event in ("pin", "unpin"):
             self.memory.set_pinned(key, event == "pin")
         elif event == "clear":
@@ -238,4 +233,4 @@ class Cache:
     def close(self) -> None:
         """Flush counters and recency, stop background threads."""
         self.invalidations.close()
-        self.disk.close()
+        self.tiers.close()

@@ -32,11 +32,12 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..entry import CorruptEntry, Entry, decode
 from ..errors import CacheDirError
 from ..fsmode import private_dirs, write_private
+from .base import OK, TierHealth
 from .entry_files import NotAnEntryFile, read_entry_file
 from .faults import FaultLog
 from .index import REQUEST_WAIT, Index, IndexRow, is_damaged
@@ -54,6 +55,7 @@ class DiskTier:
     """Files plus an SQLite index; eviction and reconciliation live in ``lifecycle``."""
 
     name = "disk"
+    durable = True
 
     def __init__(self, root: Path, *, flush_interval: float = 2.0, check_at_start: bool = True,
                  clock: Callable[[], float] = time.time) -> None:
@@ -70,6 +72,7 @@ class DiskTier:
         self.index = _open_index(self.root)
         self._objects = str(self.root / "objects")
         self._repairing = threading.Lock()
+        self._last_fault: tuple[float, str] | None = None
         self._stop = threading.Event()
         self._flusher = threading.Thread(target=self._flush_loop, args=(flush_interval,),
                                          name="voxcache-disk-flush", daemon=True)
@@ -126,6 +129,24 @@ class DiskTier:
             self.quarantine(key, kind, str(exc))
             return None
 
+    def contains(self, key: str, kind: str = "audio") -> bool:
+        """Whether a file sits at the entry's path (unverified: a read may still refuse it)."""
+        return os.path.lexists(self.path_of(key, kind))
+
+    def health(self) -> TierHealth:
+        """``degraded`` while the index is rebuilt or within a minute of a failed write."""
+        if self._repairing.locked():
+            return TierHealth("degraded", "the index is being rebuilt from the files")
+        if self._last_fault is not None and time.monotonic() - self._last_fault[0] < 60:
+            return TierHealth("degraded", self._last_fault[1])
+        return OK
+
+    def stats(self) -> dict[str, Any]:
+        """Entries and bytes stored (None while the index cannot say)."""
+        totals = self.totals()
+        return {"entries": None if totals is None else totals[1],
+                "bytes": None if totals is None else totals[0]}
+
     def path_of(self, key: str, kind: str = "audio") -> Path:
         """Return the file path an entry would have (it may not exist)."""
         return entry_path(self.root, key, kind)
@@ -153,6 +174,8 @@ class DiskTier:
         except OSError as exc:
             self.faults.report("write", exc, "a take could not be stored; served without "
                                "caching")
+            self._last_fault = (time.monotonic(), f"a write failed: {os.strerror(exc.errno)}"
+                                if exc.errno else f"a write failed: {exc}")
             return False
         if outcome == "exists":
             return True

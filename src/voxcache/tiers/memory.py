@@ -8,9 +8,8 @@ of large encoded variants cannot push out the canonical PCM; pinned entries are
 the last to go; an entry's derived entries (its encoded deliveries) go with it.
 
 The tier is private to a process, so a delete made elsewhere (another worker,
-the CLI) arrives later, through ``tiers.invalidation``. ``epoch`` counts the
-deletes applied, so a disk read that began before a delete does not promote the
-deleted take afterwards (``put(..., if_epoch=...)``).
+the CLI) arrives later, through ``tiers.invalidation``; ``TierStack`` makes sure a
+lower-tier read that raced a delete is not promoted back in.
 """
 
 from __future__ import annotations
@@ -19,8 +18,10 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..entry import Entry
+from .base import OK, TierHealth
 
 DEFAULT_KIND_BUDGET = 64 * 1024 * 1024
 
@@ -29,13 +30,17 @@ class MemoryTier:
     """Byte-bounded LRU per artifact kind; expired entries read as misses."""
 
     name = "memory"
+    durable = False
 
     def __init__(
         self,
         budgets: Mapping[str, int] | None = None,
         default_budget: int = DEFAULT_KIND_BUDGET,
         clock: Callable[[], float] = time.time,
+        pinned: Callable[[str], bool] | None = None,
     ) -> None:
+        self._is_pinned = pinned
+        """Where pins live (the disk tier's markers): asked once per entry put here."""
         self._budgets = dict(budgets or {})
         self._default_budget = default_budget
         self._clock = clock
@@ -45,8 +50,6 @@ class MemoryTier:
         self._children: dict[str, set[tuple[str, str]]] = {}
         self._lock = threading.Lock()
         self.evictions = 0
-        self.epoch = 0
-        """Deletes applied so far (see ``put``'s ``if_epoch``)."""
 
     def budget(self, kind: str) -> int:
         """Return the byte budget for one artifact kind."""
@@ -82,16 +85,15 @@ class MemoryTier:
             if items is not None and key in items:
                 items.move_to_end(key)
 
-    def put(self, entry: Entry, *, if_epoch: int | None = None, pinned: bool = False) -> bool:
-        """Store an entry; False when it is larger than the kind's whole budget, or when
-        ``if_epoch`` is given and a delete was applied since (the caller read stale data)."""
+    def put(self, entry: Entry, *, tenant: str = "", pinned: bool = False,
+            pin_until: float | None = None) -> bool:
+        """Store an entry; False when it is larger than the kind's whole budget."""
         kind, key, size = entry.header.kind, entry.header.key, entry.size
         budget = self.budget(kind)
         if size > budget:
             return False
+        pinned = pinned or (self._is_pinned is not None and self._is_pinned(key))
         with self._lock:
-            if if_epoch is not None and if_epoch != self.epoch:
-                return False
             items = self._items.setdefault(kind, OrderedDict())
             if key in items:
                 self._remove(kind, key)
@@ -119,7 +121,6 @@ class MemoryTier:
         """Drop ``key`` and the entries derived from it (from one kind, or from all);
         True if anything was held."""
         with self._lock:
-            self.epoch += 1
             self._pinned.discard(key)
             targets = [(k, key) for k in ([kind] if kind else list(self._items))]
             targets += sorted(self._children.pop(key, ()))
@@ -133,12 +134,22 @@ class MemoryTier:
     def clear(self) -> None:
         """Drop everything."""
         with self._lock:
-            self.epoch += 1
             self._items.clear()
             self._bytes.clear()
             self._children.clear()
 
-    def stats(self) -> dict[str, dict[str, int]]:
+    def contains(self, key: str, kind: str = "audio") -> bool:
+        """Whether ``key`` is held (expired or not)."""
+        return key in self._items.get(kind, {})
+
+    def health(self) -> TierHealth:
+        """Memory does not fail."""
+        return OK
+
+    def close(self) -> None:
+        """Nothing to flush."""
+
+    def stats(self) -> dict[str, Any]:
         """Entries and bytes per kind."""
         with self._lock:
             return {

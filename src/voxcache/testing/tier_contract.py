@@ -1,0 +1,144 @@
+"""The contract every tier keeps, as a pytest class to subclass (like dogpile.cache's).
+
+    from voxcache.testing.tier_contract import TierContract
+
+    class TestMyTier(TierContract):
+        @pytest.fixture
+        def tier(self, tmp_path):
+            t = MyTier(...)
+            yield t
+            t.close()
+
+Override ``corrupt`` to let the suite damage a stored object the way your storage
+could (a flipped byte in the file, the Redis value, the S3 object); a tier that
+cannot be damaged from outside (memory) leaves it raising ``NotImplementedError``
+and those tests are skipped.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ..audio import Audio
+from ..entry import Entry, audio_entry, blob_entry
+from ..tiers.base import Tier, TierHealth
+
+
+def make_audio_entry(i: int, frames: int = 2000, ttl: float | None = None,
+                     tenant: str = "default") -> Entry:
+    """A small, distinct audio entry under key ``f"{i:064x}"``."""
+    pcm = (np.arange(frames) * (i + 1) % 2000 - 1000).astype("<i2").tobytes()
+    return audio_entry(f"{i:064x}", Audio(pcm, 16000), ttl=ttl,
+                       meta={"tenant": tenant, "text": f"entry {i}"})
+
+
+def make_blob_entry(i: int, size: int = 3000) -> Entry:
+    """A small ``encoded`` entry (a non-audio kind) under key ``f"{i:064x}"``."""
+    return blob_entry(f"{i:064x}", "encoded", bytes([i % 256]) * size, "audio/mpeg",
+                      meta={"parent": f"{i + 1:064x}"})
+
+
+class TierContract:
+    """What every tier promises; subclasses provide the ``tier`` fixture."""
+
+    @pytest.fixture
+    def tier(self) -> Iterator[Tier]:  # pragma: no cover - subclasses override
+        raise NotImplementedError("provide a `tier` fixture")
+
+    def corrupt(self, tier: Tier, entry: Entry) -> None:
+        """Damage ``entry``'s stored bytes inside ``tier`` (override where possible)."""
+        raise NotImplementedError
+
+    # -- the protocol ---------------------------------------------------------------
+    def test_it_is_a_tier(self, tier: Tier) -> None:
+        assert isinstance(tier, Tier)
+        assert isinstance(tier.name, str) and tier.name
+        assert isinstance(tier.durable, bool)
+
+    def test_a_put_entry_reads_back_byte_for_byte(self, tier: Tier) -> None:
+        entry = make_audio_entry(1)
+        assert tier.put(entry, tenant="default") is True
+        got = tier.get(entry.header.key)
+        assert got is not None
+        assert got.blob == entry.blob and got.header == entry.header
+        assert tier.contains(entry.header.key)
+
+    def test_an_absent_key_is_a_miss(self, tier: Tier) -> None:
+        assert tier.get("0" * 64) is None
+        assert not tier.contains("0" * 64)
+        assert tier.delete("0" * 64) is False
+
+    def test_kinds_are_apart(self, tier: Tier) -> None:
+        blob = make_blob_entry(7)
+        assert tier.put(blob)
+        assert tier.get(blob.header.key, "encoded").blob == blob.blob  # type: ignore[union-attr]
+        assert tier.get(blob.header.key, "audio") is None
+
+    def test_delete_removes_it(self, tier: Tier) -> None:
+        entry = make_audio_entry(2)
+        tier.put(entry)
+        assert tier.delete(entry.header.key) is True
+        assert tier.get(entry.header.key) is None
+        assert not tier.contains(entry.header.key)
+
+    def test_putting_the_same_key_twice_keeps_a_valid_entry(self, tier: Tier) -> None:
+        entry = make_audio_entry(3)
+        assert tier.put(entry)
+        assert tier.put(entry)  # a second writer of the same take: still held
+        assert tier.get(entry.header.key).blob == entry.blob  # type: ignore[union-attr]
+
+    def test_an_expired_entry_is_a_miss_and_can_be_replaced(self, tier: Tier) -> None:
+        old = make_audio_entry(4, ttl=1e-9)
+        tier.put(old)
+        assert tier.get(old.header.key) is None
+        fresh = make_audio_entry(4)
+        assert tier.put(fresh)
+        assert tier.get(fresh.header.key).blob == fresh.blob  # type: ignore[union-attr]
+
+    def test_stats_and_health_answer(self, tier: Tier) -> None:
+        tier.put(make_audio_entry(5))
+        stats: dict[str, Any] = tier.stats()
+        assert isinstance(stats, dict)
+        health = tier.health()
+        assert isinstance(health, TierHealth) and health.state in ("ok", "degraded")
+
+    def test_concurrent_writers_and_readers_of_one_key(self, tier: Tier) -> None:
+        entry = make_audio_entry(6, frames=20000)
+        errors: list[BaseException] = []
+        seen: list[bytes] = []
+
+        def work() -> None:
+            try:
+                for _ in range(20):
+                    tier.put(entry)
+                    got = tier.get(entry.header.key)
+                    if got is not None:
+                        seen.append(got.blob)
+            except BaseException as exc:  # collected and re-raised below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert seen and all(blob == entry.blob for blob in seen)
+
+    # -- integrity ----------------------------------------------------------------------
+    def test_a_damaged_object_is_never_served(self, tier: Tier) -> None:
+        entry = make_audio_entry(8)
+        tier.put(entry)
+        try:
+            self.corrupt(tier, entry)
+        except NotImplementedError:
+            pytest.skip(f"{type(tier).__name__} cannot be damaged from outside")
+        assert tier.get(entry.header.key) is None
+        again = make_audio_entry(8)
+        assert tier.put(again)  # and the key can be stored again
+        assert tier.get(again.header.key).blob == again.blob  # type: ignore[union-attr]
