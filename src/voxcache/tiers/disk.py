@@ -41,7 +41,7 @@ from .base import OK, TierHealth
 from .entry_files import NotAnEntryFile, read_entry_file
 from .faults import FaultLog
 from .index import REQUEST_WAIT, Index, IndexRow, is_damaged
-from .layout import SUBFOLDERS, TEMP_PREFIX, entry_path, pin_path, write_pin
+from .layout import SUBFOLDERS, TEMP_PREFIX, entry_path, pin_path, suffix_of, write_pin
 from .lifecycle import rebuild_index, reconcile
 
 log = logging.getLogger("voxcache.disk")
@@ -98,8 +98,7 @@ class DiskTier:
     def get(self, key: str, kind: str = "audio") -> Entry | None:
         """Return the verified, unexpired entry, or None (anything bad is quarantined)."""
         # String formatting, not Path joins: this is the disk-hit path (see layout.entry_path).
-        suffix = ".wav" if kind == "audio" else ".vxc"
-        path = f"{self._objects}/{key[:2]}/{key[2:4]}/{key}{suffix}"
+        path = f"{self._objects}/{key[:2]}/{key[2:4]}/{key}{suffix_of(kind)}"
         entry = self._read(path, key, kind)
         if entry is None:
             return None

@@ -17,15 +17,27 @@ STALE_TEMP_SECONDS = 600.0
 SUBFOLDERS = ("objects", "quarantine", "locks", "pins")
 
 
+SUFFIXES = {"audio": ".wav", "embedding": ".safetensors", "prompt": ".safetensors",
+            "tokens": ".safetensors", "session": ".safetensors"}
+"""File suffix by artifact kind: each kind is stored as the standard file it is (a WAV; a
+safetensors file with the envelope in ``__metadata__``); other kinds use ``.vxc``."""
+OTHER_SUFFIX = ".vxc"
+_KNOWN_SUFFIXES = {*SUFFIXES.values(), OTHER_SUFFIX}
+
+
+def suffix_of(kind: str) -> str:
+    """The file suffix entries of ``kind`` are stored under."""
+    return SUFFIXES.get(kind, OTHER_SUFFIX)
+
+
 def entry_path(root: Path, key: str, kind: str) -> Path:
     """Return where an entry lives."""
-    suffix = ".wav" if kind == "audio" else ".vxc"
-    return root / "objects" / key[:2] / key[2:4] / f"{key}{suffix}"
+    return root / "objects" / key[:2] / key[2:4] / f"{key}{suffix_of(kind)}"
 
 
 def kind_of_file(name: str) -> str | None:
     """Return 'audio' or 'other' for a published object file name, None for anything else."""
-    if name.startswith(TEMP_PREFIX) or len(name) < 68:
+    if name.startswith(TEMP_PREFIX) or len(name) < 68 or name[64:] not in _KNOWN_SUFFIXES:
         return None
     return "audio" if name.endswith(".wav") else "other"
 
