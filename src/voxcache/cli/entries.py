@@ -140,7 +140,8 @@ def gc(args: argparse.Namespace) -> int:
 
 def _counts(counts: dict[str, int], labels: dict[str, str]) -> str:
     named = [f"{counts.get(name, 0):,} {label}" for name, label in labels.items()]
-    named += [f"{value:,} {name}" for name, value in counts.items() if name not in labels]
+    named += [f"{value:,} {name.replace('_', ' ')}" for name, value in counts.items()
+              if name not in labels]  # a count this command does not know yet still shows
     return ", ".join(named)
 
 
