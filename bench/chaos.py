@@ -218,7 +218,7 @@ class Supervisor:
         if put_ns:
             self.put_estimate = 0.8 * self.put_estimate + 0.2 * put_ns / 1e9
         key = board.key(slot)
-        if not key or phase not in (Phase.RENDERING.name, Phase.PUT.name):
+        if not key:
             return
         folder = self.root / "objects" / key[:2] / key[2:4]
         try:
