@@ -119,7 +119,8 @@ def voxcache_serve(cache_dir: Path, workers: int, log: Path) -> Iterator[str]:
     port = free_port()
     command = [sys.executable, "-c", "import sys; from voxcache.cli import main; sys.exit(main())",
                "--cache-dir", str(cache_dir),
-               "--engine", "tone", "serve", "--port", str(port), "--workers", str(workers)]
+               "--engine", "tone", "serve", "--port", str(port), "--workers", str(workers),
+               "--no-access-log"]  # nginx beside it runs with access_log off
     with open(log, "wb") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     try:

@@ -127,7 +127,7 @@ def gc(args: argparse.Namespace) -> int:
     lines = [
         f"index {checked_how}: " + _counts(checked, {
             "added": "rows added", "dropped": "rows dropped", "quarantined": "files quarantined",
-            "temp_removed": "temp files removed"}),
+            "temp_removed": "temp files removed", "locks_removed": "stale lock files removed"}),
         f"evicted {sum(evicted.values()):,}: " + _counts(evicted, {
             "expired": "expired", "size": "over the byte cap", "count": "over the entry cap"}),
         f"now stored: {entries:,} entries, {total_bytes:,} bytes (caps: "
