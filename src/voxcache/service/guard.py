@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import InvalidParameter
 from .admission import PRIORITIES
+from .deadlines import Deadlines
 from .errors import Forbidden, Unauthorized, error_body
 from .options import ServiceOptions
 from .serving import RENDER_PRIORITY
@@ -113,7 +114,8 @@ class BodyLimit:
 
     Raising from inside ``receive`` instead (as this once did) reaches the route's body
     parser, which turns any error there into a 400; owning the read keeps the status
-    honest and puts one deadline on the whole body, chunked or not.
+    honest and puts one deadline on the whole body, chunked or not (kept by ``Deadlines``:
+    a timer per request would cost every POST more than the rest of this check).
     """
 
     def __init__(self, app: ASGIApp, options: ServiceOptions) -> None:
@@ -121,6 +123,7 @@ class BodyLimit:
         self.body_limit = options.max_body_bytes
         self.upload_limit = options.max_upload_bytes + MULTIPART_OVERHEAD
         self.body_timeout = options.body_timeout
+        self.deadlines = Deadlines()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -132,10 +135,12 @@ class BodyLimit:
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             await _refuse(send, 413, too_large, "PayloadTooLarge")
             return
+        task = self.deadlines.start(self.body_timeout)
         try:
-            async with asyncio.timeout(self.body_timeout):
-                body = await _read_body(receive, limit)
-        except TimeoutError:
+            body = await _read_body(receive, limit)
+        except asyncio.CancelledError:
+            if not self.deadlines.overdue(task):
+                raise
             await _refuse(send, 408, f"the request body did not arrive within "
                           f"{self.body_timeout:g} s; send it without pausing", "RequestTimeout",
                           close=True)
@@ -143,6 +148,8 @@ class BodyLimit:
         except _OverLimit:
             await _refuse(send, 413, too_large, "PayloadTooLarge")
             return
+        finally:
+            self.deadlines.stop(task)
         if body is None:
             return  # the client went away mid-body: nobody to answer
         await self.app(scope, _replay(body, receive), send)
