@@ -9,15 +9,13 @@ resolver refuse fields an engine would otherwise silently ignore.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from .audio import Audio
 from .errors import EngineError, VoxcacheError
 from .params import ParamSpec
 from .redact import redact
-
-if TYPE_CHECKING:
-    from .request import ResolvedRequest
+from .resolved import ResolvedRequest
 
 
 class Engine:

@@ -21,6 +21,7 @@ from .audio import fingerprint_reference
 from .engine import Engine
 from .errors import InvalidParameter, UnknownVoice, UnsupportedFeature
 from .params import resolve_params
+from .resolved import ResolvedRequest
 
 DEFAULT_MAX_TEXT_CHARS = 5000
 SPEED_RANGE = (0.25, 4.0)
@@ -65,27 +66,6 @@ class SynthesisRequest:
     """Seconds this take may be served; ``None`` keeps it until evicted."""
     seed_policy: str | None = None
     """For unseeded requests: ``pin``, ``bypass``, ``variants:N`` (``None``: the server's)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ResolvedRequest:
-    """A request in canonical form, ready for keying and rendering."""
-
-    engine_id: str
-    model_revision: str
-    tenant: str
-    text: str
-    voice: str | None
-    reference_fingerprint: str | None
-    prompt_text: str | None
-    language: str
-    instruct: str | None
-    seed: int | None
-    speed: float
-    params: Mapping[str, Any]
-    """Every declared parameter, defaults filled in."""
-    reference_audio: bytes | None = field(default=None, compare=False, repr=False)
-    ttl: float | None = field(default=None, compare=False)
 
 
 def resolve(
