@@ -8,6 +8,7 @@
     │   ├── UnsupportedFeature  the engine cannot honour a field (instruct, cloning…)
     │   └── NotFound            no such entry / voice (also for other tenants' ids)
     ├── CacheDirError           the cache folder cannot be used (not a folder, not writable)
+    ├── TierUnavailable         a shared tier (Redis, S3) is unreachable, slow or refused a call
     ├── EngineError             the engine failed to render
     │   ├── MissingDependency   an optional extra is not installed
     │   └── UpstreamError       a gateway's upstream server failed or answered an error (HTTP 502)
@@ -55,6 +56,14 @@ class NotFound(RequestError):
 
 class CacheDirError(VoxcacheError):
     """The cache folder cannot be created or written."""
+
+
+class TierUnavailable(VoxcacheError):
+    """A shared tier (Redis, S3) could not answer: unreachable, timed out, or refused the call.
+
+    Internal to the tiers: ``TierStack`` turns it into a miss (or a skipped write) and
+    counts it against the tier's breaker, so a caller never sees it.
+    """
 
 
 class EngineError(VoxcacheError):

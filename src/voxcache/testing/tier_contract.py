@@ -10,14 +10,17 @@
             t.close()
 
 Override ``corrupt`` to let the suite damage a stored object the way your storage
-could (a flipped byte in the file, the Redis value, the S3 object); a tier that
-cannot be damaged from outside (memory) leaves it raising ``NotImplementedError``
-and those tests are skipped.
+could (a flipped byte in the file, the Redis value, the S3 object), and ``plant`` to
+let it write raw bytes where an entry belongs (garbage, another key's entry, another
+kind's entry: what a stranger with write access to the storage could leave there); a
+tier that cannot be reached from outside (memory) leaves them raising
+``NotImplementedError`` and those tests are skipped.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -53,6 +56,16 @@ class TierContract:
     def corrupt(self, tier: Tier, entry: Entry) -> None:
         """Damage ``entry``'s stored bytes inside ``tier`` (override where possible)."""
         raise NotImplementedError
+
+    def plant(self, tier: Tier, key: str, kind: str, blob: bytes) -> None:
+        """Write ``blob`` as is where ``tier`` keeps (key, kind) (override where possible)."""
+        raise NotImplementedError
+
+    def _plant(self, tier: Tier, key: str, kind: str, blob: bytes) -> None:
+        try:
+            self.plant(tier, key, kind, blob)
+        except NotImplementedError:
+            pytest.skip(f"{type(tier).__name__} cannot be written from outside")
 
     # -- the protocol ---------------------------------------------------------------
     def test_it_is_a_tier(self, tier: Tier) -> None:
@@ -142,3 +155,43 @@ class TierContract:
         again = make_audio_entry(8)
         assert tier.put(again)  # and the key can be stored again
         assert tier.get(again.header.key).blob == again.blob  # type: ignore[union-attr]
+
+    def test_garbage_where_an_entry_belongs_is_a_miss(self, tier: Tier) -> None:
+        entry = make_audio_entry(9)
+        key = entry.header.key
+        for junk in (b"", b"not a voxcache object", b"RIFF" + bytes(200), entry.blob[:-1],
+                     entry.blob + b"\0"):
+            self._plant(tier, key, "audio", junk)
+            assert tier.get(key) is None, f"served {junk[:24]!r}…"
+        assert tier.put(entry)  # what was refused does not block the real take
+        assert tier.get(key).blob == entry.blob  # type: ignore[union-attr]
+
+    def test_another_keys_entry_is_refused(self, tier: Tier) -> None:
+        mine, other = make_audio_entry(10), make_audio_entry(11)
+        self._plant(tier, mine.header.key, "audio", other.blob)
+        assert tier.get(mine.header.key) is None
+        assert tier.put(mine)
+        assert tier.get(mine.header.key).blob == mine.blob  # type: ignore[union-attr]
+
+    def test_another_kinds_entry_is_refused(self, tier: Tier) -> None:
+        encoded = make_blob_entry(12)  # a valid entry of this key, but of kind "encoded"
+        self._plant(tier, encoded.header.key, "audio", encoded.blob)
+        assert tier.get(encoded.header.key, "audio") is None
+
+    def test_a_ttl_runs_out_while_stored(self, tier: Tier) -> None:
+        entry = make_audio_entry(13, ttl=0.5)
+        assert tier.put(entry)
+        assert tier.get(entry.header.key) is not None
+        time.sleep(0.7)
+        assert tier.get(entry.header.key) is None
+        fresh = make_audio_entry(13)
+        assert tier.put(fresh)  # the expired take gives way
+        assert tier.get(fresh.header.key).blob == fresh.blob  # type: ignore[union-attr]
+
+    def test_deleting_one_kind_keeps_the_others(self, tier: Tier) -> None:
+        audio = make_audio_entry(14)
+        encoded = blob_entry(audio.header.key, "encoded", b"x" * 500, "audio/mpeg")
+        assert tier.put(audio) and tier.put(encoded)
+        assert tier.delete(audio.header.key, "encoded") is True
+        assert tier.get(audio.header.key, "encoded") is None
+        assert tier.get(audio.header.key, "audio").blob == audio.blob  # type: ignore[union-attr]

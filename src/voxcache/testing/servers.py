@@ -1,0 +1,262 @@
+"""Real Redis, Redis Cluster and S3 (moto) servers on free ports, for tests and benchmarks.
+
+What the shared tiers are proven against: the Debian ``redis-server`` (one instance,
+or a cluster made with ``redis-cli --cluster create``) and moto's S3 server mode
+(the ``moto[server]`` package, in the [test] extra). Shipped with the package, like the
+tier contract, so the test suite, ``bench`` and a multi-node test can share them.
+
+Each server is a child process this module starts and stops by its own pid (never
+the machine's Redis on 6379). Ports are drawn at random from 20000-40000 and checked
+free, together with the cluster bus port (+10000) for cluster nodes.
+
+    with RedisServer(tmp) as server:        server.url, server.kill(), server.start()
+    with RedisClusterServers(tmp) as cl:    cl.url (redis+cluster://…), cl.nodes
+    with MotoS3Server() as s3:              s3.env (AWS_* variables), s3.create_bucket(name)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+START_TIMEOUT = 30.0
+
+
+def redis_available() -> bool:
+    """Whether redis-server and redis-cli are installed (Debian package redis-server)."""
+    return os.access(REDIS_SERVER, os.X_OK) and os.access(REDIS_CLI, os.X_OK)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(*, with_bus: bool = False) -> int:
+    """A free TCP port on 127.0.0.1 (and port + 10000, for a cluster node's bus)."""
+    for _ in range(200):
+        port = random.randint(20000, 40000)
+        if _bindable(port) and (not with_bus or _bindable(port + 10000)):
+            return port
+    raise RuntimeError("no free port found")
+
+
+def _wait_for(check: Any, what: str, timeout: float = START_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if check():
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not come up within {timeout:g} s")
+
+
+def _cli(port: int, *args: str, timeout: float = 10.0) -> str:
+    return subprocess.run([REDIS_CLI, "-h", "127.0.0.1", "-p", str(port), *args],
+                          capture_output=True, text=True, timeout=timeout, check=True).stdout
+
+
+class _Process:
+    """A child server process: start, stop (SIGTERM), kill (SIGKILL), by its own pid."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def _command(self) -> list[str]:  # pragma: no cover - subclasses override
+        raise NotImplementedError
+
+    def _ready(self) -> bool:  # pragma: no cover - subclasses override
+        raise NotImplementedError
+
+    def start(self) -> None:
+        """Start the server (again, after ``kill``/``stop``) on the same port."""
+        if self.running:
+            return
+        self.process = subprocess.Popen(self._command(), stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        _wait_for(lambda: self.process.poll() is None and self._ready(), repr(self))
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: the server vanishes mid-whatever, as in a crash."""
+        self._signal(signal.SIGKILL)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it lingers."""
+        self._signal(signal.SIGTERM)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if not self.running:
+            return
+        assert self.process is not None
+        self.process.send_signal(sig)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def __enter__(self) -> Any:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+
+class RedisServer(_Process):
+    """One ``redis-server`` keeping nothing on disk (``--save "" --appendonly no``)."""
+
+    def __init__(self, folder: Path, port: int | None = None, *, cluster: bool = False,
+                 extra: tuple[str, ...] = ()) -> None:
+        super().__init__()
+        self.port = port or free_port(with_bus=cluster)
+        self.folder = Path(folder) / f"redis-{self.port}"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.cluster = cluster
+        self.extra = extra
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _command(self) -> list[str]:
+        command = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
+                   "--save", "", "--appendonly", "no", "--dir", str(self.folder),
+                   "--daemonize", "no", "--logfile", str(self.folder / "redis.log")]
+        if self.cluster:
+            command += ["--cluster-enabled", "yes",
+                        "--cluster-config-file", str(self.folder / "nodes.conf"),
+                        "--cluster-node-timeout", "1000"]
+        return command + list(self.extra)
+
+    def _ready(self) -> bool:
+        return _cli(self.port, "PING", timeout=2).strip() == "PONG"
+
+    def cli(self, *args: str) -> str:
+        """Run a redis-cli command against this server; its output."""
+        return _cli(self.port, *args)
+
+    def __repr__(self) -> str:
+        return f"redis-server on port {self.port}"
+
+
+class RedisClusterServers:
+    """A Redis Cluster of ``masters`` masters (and ``replicas`` replicas each), made with
+    ``redis-cli --cluster create`` and ready once every node says ``cluster_state:ok``."""
+
+    def __init__(self, folder: Path, masters: int = 3, replicas: int = 0) -> None:
+        self.nodes = [RedisServer(folder, cluster=True)
+                      for _ in range(masters * (1 + replicas))]
+        self.replicas = replicas
+
+    @property
+    def url(self) -> str:
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
+
+    def start(self) -> None:
+        for node in self.nodes:
+            node.start()
+        subprocess.run([REDIS_CLI, "--cluster", "create",
+                        *(f"127.0.0.1:{node.port}" for node in self.nodes),
+                        "--cluster-replicas", str(self.replicas), "--cluster-yes"],
+                       capture_output=True, text=True, timeout=60, check=True)
+        self.wait_ok()
+
+    def wait_ok(self, nodes: list[RedisServer] | None = None) -> None:
+        """Wait until every (running) node reports ``cluster_state:ok``."""
+        for node in nodes or [n for n in self.nodes if n.running]:
+            _wait_for(lambda n=node: "cluster_state:ok" in n.cli("CLUSTER", "INFO"),
+                      f"cluster state on {node!r}")
+
+    def node_for(self, redis_key: str) -> RedisServer:
+        """The running master serving the slot of ``redis_key``."""
+        slot = int(self.nodes[0].cli("CLUSTER", "KEYSLOT", redis_key))
+        for line in self.nodes[0].cli("CLUSTER", "NODES").splitlines():
+            fields = line.split()
+            if "master" not in fields[2] or "fail" in fields[2]:
+                continue
+            for span in fields[8:]:
+                low, _, high = span.partition("-")
+                if low.isdigit() and int(low) <= slot <= int(high or low):
+                    port = int(fields[1].split(":")[1].split("@")[0])
+                    return next(node for node in self.nodes if node.port == port)
+        raise LookupError(f"no master serves slot {slot}")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.kill()
+
+    def __enter__(self) -> RedisClusterServers:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class MotoS3Server(_Process):
+    """moto's S3 server mode in its own process (``python -m moto.server``)."""
+
+    def __init__(self, port: int | None = None) -> None:
+        super().__init__()
+        self.port = port or free_port()
+        self._client: Any = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The standard AWS variables that point boto3 (and the S3 tier) here."""
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
+                "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull,
+                "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+
+    def _command(self) -> list[str]:
+        return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)]
+
+    def _ready(self) -> bool:
+        with urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=1) as response:
+            return response.status == 200
+
+    def client(self) -> Any:
+        """A plain boto3 client of this server (for tests' own checks and damage)."""
+        import boto3
+
+        if self._client is None:
+            self._client = boto3.session.Session().client(
+                "s3", endpoint_url=self.endpoint, region_name="us-east-1",
+                aws_access_key_id="testing", aws_secret_access_key="testing")
+        return self._client
+
+    def create_bucket(self, name: str) -> None:
+        self.client().create_bucket(Bucket=name)
+
+    def __repr__(self) -> str:
+        return f"moto S3 server on port {self.port}"

@@ -1,0 +1,426 @@
+"""Redis tier: verified entries shared by every node, in one Redis or a Redis Cluster.
+
+Values are the stored files themselves (``entry.blob``: a WAV with the envelope,
+or the ``VXCB`` envelope), never pickle. An entry larger than ``inline_limit`` is
+stored in the object tier (S3) and Redis holds a *pointer*: a tiny envelope of kind
+``pointer`` under the same key, whose payload names the object, its size and its
+XXH3-128. Both forms are verified on every read (``entry.decode``); a value that
+fails (flipped bits, another key's entry, another kind, garbage, a pointer to an
+object that is gone or was replaced) is a miss, counted, and removed with a
+compare-and-delete so a good value written meanwhile is never the one removed.
+
+Key schema (the hash tag ``{<key>}`` puts every Redis key of one entry in one
+cluster slot, so an entry and its lease can be used together in a script)::
+
+    <prefix>{<key>}:entry:<kind>    the entry (inline) or a pointer to its object
+    <prefix>{<key>}:lease           the render lease (see ``RedisKeys.lease``)
+
+Expiry: ``SET … PX`` from the envelope's ``expires``; a read also checks the
+envelope (node clocks differ). First writer wins: ``SET NX GET`` answers the value
+already there, which is kept when it verifies and replaced when it does not.
+
+Every call is bounded: ``connect_timeout`` + ``timeout`` per attempt, ``retries``
+retries with a back-off of at most 0.1 s. Failures raise ``TierUnavailable``, which
+``TierStack`` turns into a miss; the client reconnects on the next call, so a
+restarted Redis is used again without restarting the tier. Needs Redis ≥ 7.0
+(``SET NX GET``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import math
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+from redis import Redis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
+from redis.retry import Retry
+
+from ..entry import CorruptEntry, Entry, blob_entry, decode
+from ..errors import InvalidParameter, TierUnavailable
+from .base import OK, TierHealth
+from .faults import FaultLog
+from .remote import Counters, ObjectRef, ObjectStore, blob_digest, redacted, valid_name
+
+log = logging.getLogger("voxcache.redis")
+
+POINTER_KIND = "pointer"
+POINTER_TYPE = "application/vnd.voxcache.pointer+json"
+DEFAULT_PREFIX = "vxc:"
+DEFAULT_INLINE_LIMIT = 256 * 1024
+DEFAULT_TIMEOUT = 1.0
+DEFAULT_CONNECT_TIMEOUT = 0.5
+DEFAULT_RETRIES = 1
+SCHEMES = {"redis": ("redis", False), "rediss": ("rediss", False),
+           "redis+cluster": ("redis", True), "rediss+cluster": ("rediss", True)}
+"""URL scheme → (redis-py's scheme, whether the server is a Redis Cluster)."""
+OPTIONS = {"prefix": str, "inline_limit": int, "timeout": float, "connect_timeout": float,
+           "retries": int}
+"""Query parameters voxcache reads from a Redis URL (any other is refused)."""
+_PREFIX = re.compile(r"[A-Za-z0-9:_./-]{0,64}")
+
+_COMPARE_AND_DELETE = """
+local value = redis.call('GET', KEYS[1])
+if value and redis.sha1hex(value) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class RedisKeys:
+    """The Redis key names of one deployment (everything under ``prefix``)."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    def entry(self, key: str, kind: str) -> str:
+        """Where the entry (or its pointer) of ``key`` and ``kind`` is stored."""
+        return f"{self.prefix}{{{key}}}:entry:{kind}"
+
+    def entries(self, key: str) -> str:
+        """A SCAN pattern matching every kind stored for ``key``."""
+        return f"{self.prefix}{{{key}}}:entry:*"
+
+    def lease(self, key: str) -> str:
+        """The render lease of ``key`` (same slot as its entries)."""
+        return f"{self.prefix}{{{key}}}:lease"
+
+
+class RedisTier:
+    """Entries in Redis (inline up to ``inline_limit``), larger ones via ``object_store``."""
+
+    name = "redis"
+    durable = True
+
+    def __init__(self, connect: Callable[[], Redis | RedisCluster], *, url: str = "redis",
+                 prefix: str = DEFAULT_PREFIX, inline_limit: int = DEFAULT_INLINE_LIMIT,
+                 object_store: ObjectStore | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        if not _PREFIX.fullmatch(prefix):
+            raise InvalidParameter(
+                f"Redis key prefix {prefix!r} is not allowed: use up to 64 letters, digits "
+                "and ':_./-' (no braces: they would change the cluster hash slot)")
+        if inline_limit < 0:
+            raise InvalidParameter(f"inline_limit must be 0 or more bytes, not {inline_limit}")
+        self.keys = RedisKeys(prefix)
+        self.url = redacted(url)
+        self.inline_limit = inline_limit
+        self.object_store = object_store
+        """Where entries over ``inline_limit`` go (the S3 tier); None: they are not stored."""
+        self._connect_fn = connect
+        self._client: Redis | RedisCluster | None = None
+        self._client_lock = threading.Lock()
+        self._clock = clock
+        self.counters = Counters()
+        self.faults = FaultLog(log, self.counters.count)
+
+    @classmethod
+    def from_url(cls, url: str, *, object_store: ObjectStore | None = None,
+                 **options: Any) -> RedisTier:
+        """A tier for ``redis://host:port/db``, ``rediss://…`` (TLS) or
+        ``redis+cluster://host:port`` (any node of a Redis Cluster; ``rediss+cluster`` with
+        TLS). Query parameters (or keyword options, which win) set ``prefix``,
+        ``inline_limit``, ``timeout``, ``connect_timeout`` and ``retries``."""
+        target, cluster, settings = _parse_url(url, options)
+        client_options = {
+            "socket_timeout": settings.pop("timeout", DEFAULT_TIMEOUT),
+            "socket_connect_timeout": settings.pop("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
+            "retry": Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.1),
+                           settings.pop("retries", DEFAULT_RETRIES)),
+        }
+
+        def connect() -> Redis | RedisCluster:
+            if cluster:
+                return RedisCluster.from_url(target, **client_options)
+            return Redis.from_url(target, **client_options)
+
+        return cls(connect, url=url, object_store=object_store, **settings)
+
+    # -- reads ---------------------------------------------------------------------
+    def get(self, key: str, kind: str = "audio") -> Entry | None:
+        """The verified, unexpired entry (following a pointer to the object tier), or None."""
+        if not valid_name(key, kind) or kind == POINTER_KIND:
+            self.counters.count("refused_names")
+            return None
+        name = self.keys.entry(key, kind)
+        with self._remote("read"):
+            value = self._connection().get(name)
+        entry = None if value is None else self._verified(name, value, key, kind)
+        self.counters.count("misses" if entry is None else "hits")
+        return entry
+
+    def _verified(self, name: str, value: bytes, key: str, kind: str) -> Entry | None:
+        try:
+            entry = decode(value, key)
+        except CorruptEntry as exc:
+            self._discard(name, value, "corruptions", str(exc))
+            return None
+        if entry.header.kind == POINTER_KIND:
+            return self._follow(name, value, entry, key, kind)
+        if entry.header.kind != kind:
+            self._discard(name, value, "corruptions",
+                          f"holds a {entry.header.kind!r} entry where {kind!r} belongs")
+            return None
+        if entry.header.expired(self._clock()):
+            self.counters.count("expired")
+            return None
+        return entry
+
+    def _follow(self, name: str, value: bytes, pointer: Entry, key: str,
+                kind: str) -> Entry | None:
+        """The object a verified pointer names, if it is exactly the one it names."""
+        if pointer.header.expired(self._clock()):
+            self.counters.count("expired")
+            return None
+        store = self.object_store
+        if store is None:
+            self.counters.count("pointers_without_store")
+            return None
+        try:
+            ref = _pointer_ref(pointer, kind, store.object_name(key, kind))
+        except CorruptEntry as exc:
+            self._discard(name, value, "corruptions", str(exc))
+            return None
+        try:
+            target = store.get(key, kind)
+        except TierUnavailable as exc:
+            self.faults.report("object store", exc, "a pointer's object could not be read; "
+                               "treated as a miss")
+            return None
+        if target is None or target.size != ref.size or blob_digest(target.blob) != ref.digest:
+            why = "its object is gone" if target is None else "its object was replaced"
+            self._discard(name, value, "stale_pointers", why)
+            return None
+        self.counters.count("pointer_hits")
+        return target
+
+    def contains(self, key: str, kind: str = "audio") -> bool:
+        """Whether a value sits under the entry's Redis key (unverified)."""
+        if not valid_name(key, kind):
+            return False
+        with self._remote("existence check"):
+            return bool(self._connection().exists(self.keys.entry(key, kind)))
+
+    # -- writes --------------------------------------------------------------------
+    def put(self, entry: Entry, *, tenant: str = "", pinned: bool = False,
+            pin_until: float | None = None) -> bool:
+        """Store an entry (first writer wins); False when it is expired, too large with no
+        object tier, or Redis is full. Pins are not kept here: Redis is a cache that
+        evicts (``allkeys-lfu``); pins live with the local tiers."""
+        key, kind = entry.header.key, entry.header.kind
+        if not valid_name(key, kind) or kind == POINTER_KIND:
+            self.counters.count("refused_names")
+            return False
+        ttl_ms = self._ttl_ms(entry.header.expires)
+        if ttl_ms is not None and ttl_ms <= 0:
+            return False
+        value = entry.blob if entry.size <= self.inline_limit else self._pointer_to(entry)
+        if value is None:
+            return False
+        return self._store(self.keys.entry(key, kind), value, key, kind, ttl_ms)
+
+    def _pointer_to(self, entry: Entry) -> bytes | None:
+        """Store a large entry in the object tier; the pointer value naming it."""
+        if self.object_store is None:
+            self.counters.count("too_large")
+            return None
+        try:
+            ref = self.object_store.store(entry)
+        except TierUnavailable as exc:
+            self.faults.report("object store", exc, "a large take could not be stored in "
+                               "the object tier; not shared")
+            return None
+        return None if ref is None else pointer_blob(entry, ref)
+
+    def _store(self, name: str, value: bytes, key: str, kind: str, ttl_ms: int | None) -> bool:
+        client = self._connection()
+        with self._remote("write"):
+            try:
+                old = client.set(name, value, nx=True, px=ttl_ms, get=True)
+            except ResponseError as exc:
+                if not str(exc).startswith("OOM"):
+                    raise
+                self.faults.report("full", exc, "Redis is full and does not evict (set "
+                                   "maxmemory-policy allkeys-lfu); a take was not shared")
+                return False
+            if old is None:
+                self.counters.count("stores")
+                return True
+            if self._live(old, key, kind):
+                return True  # another writer's take of the same key: first writer wins
+            self._discard(name, old, "replaced", "an expired or bad value gives way")
+            client.set(name, value, nx=True, px=ttl_ms)
+        self.counters.count("stores")
+        return True
+
+    def _live(self, value: bytes, key: str, kind: str) -> bool:
+        """True when ``value`` verifies as an unexpired entry or pointer of key and kind."""
+        try:
+            header = decode(value, key).header
+        except CorruptEntry:
+            return False
+        return header.kind in (kind, POINTER_KIND) and not header.expired(self._clock())
+
+    def delete(self, key: str, kind: str | None = "audio") -> bool:
+        """Remove the entry (every kind when ``kind`` is None) and its object, if any: a
+        purged take must not come back through a later pointer to the old object."""
+        if not valid_name(key, kind or "audio"):
+            return False
+        client = self._connection()
+        with self._remote("delete"):
+            if kind is None:
+                names = list(client.scan_iter(match=self.keys.entries(key), count=100))
+            else:
+                names = [self.keys.entry(key, kind)]
+            removed = sum(client.delete(name) for name in names)
+        if self.object_store is not None:
+            try:
+                removed += self.object_store.delete(key, kind)
+            except TierUnavailable as exc:
+                self.faults.report("object store", exc, "a deleted take's object could not be "
+                                   "removed; the bucket's lifecycle rule will")
+        return removed > 0
+
+    def _discard(self, name: str, value: bytes, counter: str, reason: str) -> None:
+        """Remove ``value`` from ``name`` unless someone replaced it meanwhile; count it."""
+        self.counters.count(counter)
+        if counter == "corruptions":
+            log.warning("redis tier: dropped %s: %s", name, reason)
+        try:
+            self._connection().eval(_COMPARE_AND_DELETE, 1, name,
+                                    hashlib.sha1(value).hexdigest())
+        except (RedisError, RedisClusterException) as exc:
+            self.faults.report("discard", exc, f"could not remove a bad value at {name}")
+
+    def _ttl_ms(self, expires: float | None) -> int | None:
+        """Milliseconds left before ``expires`` (None: no expiry)."""
+        if expires is None:
+            return None
+        return math.ceil((expires - self._clock()) * 1000)
+
+    # -- the connection ------------------------------------------------------------
+    def _connection(self) -> Redis | RedisCluster:
+        """The client, made on first use (a cluster client reads the slot map when made,
+        so a cluster that is down at start-up is retried on the next call)."""
+        client = self._client
+        if client is not None:
+            return client
+        with self._client_lock:
+            if self._client is None:
+                with self._remote("connect"):
+                    self._client = self._connect_fn()
+            return self._client
+
+    @contextlib.contextmanager
+    def _remote(self, doing: str) -> Iterator[None]:
+        """Translate the client's errors into ``TierUnavailable`` (the stack's miss)."""
+        try:
+            yield
+        except (RedisError, RedisClusterException) as exc:
+            self.counters.count("errors")
+            raise TierUnavailable(f"redis {self.url}: {doing} failed: "
+                                  f"{type(exc).__name__}: {exc}") from exc
+
+    def health(self) -> TierHealth:
+        """``ok`` when every node answers PING within the timeouts, ``down`` otherwise."""
+        try:
+            with self._remote("ping"):
+                self._connection().ping()
+        except TierUnavailable as exc:
+            return TierHealth("down", str(exc))
+        return OK
+
+    def stats(self) -> dict[str, Any]:
+        """This process's counts (hits, misses, pointer hits, corruptions, errors…); Redis
+        itself says how much it holds (``INFO memory``)."""
+        return {"url": self.url, "inline_limit": self.inline_limit,
+                "counts": self.counters.snapshot()}
+
+    def close(self) -> None:
+        """Close the connection pool (a later call would open a new one)."""
+        with self._client_lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+
+def pointer_blob(entry: Entry, ref: ObjectRef) -> bytes:
+    """The verified pointer record for ``entry`` stored as ``ref`` (expiring with it)."""
+    header = entry.header
+    record = {"kind": header.kind, "object": ref.name, "size": ref.size, "xxh3": ref.digest}
+    payload = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+    ttl = None if header.expires is None else header.expires - header.created
+    return blob_entry(header.key, POINTER_KIND, payload, POINTER_TYPE, ttl=ttl,
+                      now=header.created).blob
+
+
+def _pointer_ref(pointer: Entry, kind: str, expected_object: str) -> ObjectRef:
+    """The object a verified pointer names; ``CorruptEntry`` unless it names exactly the
+    object where ``kind`` belongs (a pointer cannot send a read anywhere else)."""
+    try:
+        record = json.loads(bytes(pointer.payload))
+        ref = ObjectRef(record["object"], record["size"], record["xxh3"])
+        pointed_kind = record["kind"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptEntry(f"pointer unreadable: {exc}") from None
+    if pointed_kind != kind or ref.name != expected_object:
+        raise CorruptEntry(f"pointer names {ref.name!r} ({pointed_kind!r}), not "
+                           f"{expected_object!r}")
+    if not isinstance(ref.size, int) or not isinstance(ref.digest, str):
+        raise CorruptEntry("pointer size or digest malformed")
+    return ref
+
+
+def _parse_url(url: str, options: dict[str, Any]) -> tuple[str, bool, dict[str, Any]]:
+    """(redis-py URL, cluster?, voxcache settings) from a tier URL and keyword options."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as exc:
+        raise InvalidParameter(f"Redis URL {redacted(url)!r} is malformed: {exc}") from None
+    if parts.scheme not in SCHEMES:
+        raise InvalidParameter(
+            f"Redis URL {redacted(url)!r}: scheme must be one of "
+            f"{', '.join(s + '://' for s in SCHEMES)}")
+    scheme, cluster = SCHEMES[parts.scheme]
+    if not parts.hostname:
+        raise InvalidParameter(f"Redis URL {redacted(url)!r} names no host, e.g. "
+                               "redis://127.0.0.1:6379/0")
+    db = parts.path.strip("/")
+    if db and not db.isdigit() or cluster and db not in ("", "0"):
+        raise InvalidParameter(
+            f"Redis URL {redacted(url)!r}: the path is a database number (/0)"
+            + ("; a Redis Cluster has only database 0" if cluster else ""))
+    settings: dict[str, Any] = {}
+    for name, raw in parse_qsl(parts.query, keep_blank_values=True):
+        settings[name] = _option(name, raw, url)
+    for name, value in options.items():
+        settings[name] = _option(name, value, url)
+    target = urlunsplit((scheme, parts.netloc, "" if cluster else f"/{db or 0}", "", ""))
+    return target, cluster, settings
+
+
+def _option(name: str, value: Any, url: str) -> Any:
+    if name not in OPTIONS:
+        raise InvalidParameter(f"Redis URL {redacted(url)!r}: unknown option {name!r}; "
+                               f"known: {', '.join(OPTIONS)}")
+    kind = OPTIONS[name]
+    try:
+        converted = kind(value)
+    except (TypeError, ValueError):
+        raise InvalidParameter(f"Redis option {name}={value!r} must be a "
+                               f"{kind.__name__}") from None
+    if kind is not str and (not math.isfinite(converted) or converted < 0
+                            or (name.endswith("timeout") and converted == 0)):
+        raise InvalidParameter(f"Redis option {name}={value!r} must be a positive number")
+    return converted
