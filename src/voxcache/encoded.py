@@ -6,6 +6,10 @@ bitrate=…)`` and stored as an ``encoded`` entry (memory and disk). Encodings
 are the first victims of disk eviction (``tiers.lifecycle.VICTIMS``):
 losing one costs an encode, losing the PCM costs a render.
 
+A format with its own delivery rate (OpenAI's 24 kHz ``pcm``, ``Format.at``) is
+an encoding like any other when the take's rate differs: resampled once, stored
+under a key that names the rate, evicted before its PCM.
+
 The encoder is ``voxcache.formats`` (libsndfile: whatever this machine can
 write); this module only adds the caching around it.
 """
@@ -24,12 +28,26 @@ if TYPE_CHECKING:
     from .cached import CachedEngine, Result
 
 PASSTHROUGH = ("wav", "pcm")
-"""Formats served straight from the stored take (no encoding, nothing extra stored)."""
+"""Formats served straight from the stored take (no encoding, nothing extra stored) when
+they are delivered at the take's own rate."""
 
 
-def encoded_key(audio_key: str, fmt: str, bitrate: int | None = None) -> str:
-    """Where the ``fmt`` encoding of the take at ``audio_key`` is stored."""
-    return derived_key(audio_key, "encoded", format=fmt, bitrate=bitrate)
+def passthrough(fmt: Format, take_rate: int) -> bool:
+    """True when ``fmt`` is the stored samples themselves for a take at ``take_rate``."""
+    return fmt.name in PASSTHROUGH and fmt.rate_for(take_rate) == take_rate
+
+
+def encoded_key(audio_key: str, fmt: str, bitrate: int | None = None,
+                rate: int | None = None) -> str:
+    """Where the ``fmt`` encoding of the take at ``audio_key`` is stored (``rate``: the
+    format's own delivery rate, when it has one)."""
+    extra = {} if rate is None else {"rate": rate}
+    return derived_key(audio_key, "encoded", format=fmt, bitrate=bitrate, **extra)
+
+
+def key_of(audio_key: str, fmt: Format, bitrate: int | None = None) -> str:
+    """``encoded_key`` for a ``Format`` (its delivery rate included)."""
+    return encoded_key(audio_key, fmt.name, bitrate, fmt.sample_rate)
 
 
 def encoded(target: CachedEngine | Cache, result: Result | Entry, fmt: str | Format, *,
@@ -37,16 +55,15 @@ def encoded(target: CachedEngine | Cache, result: Result | Entry, fmt: str | For
     """Return ``result``'s take in ``fmt`` (a name or a ``Format``), encoding it once.
 
     ``target`` is the cache (or a cached engine); ``result`` a ``Result`` or a stored
-    audio ``Entry``. wav and pcm are the stored bytes themselves.
+    audio ``Entry``. wav and pcm at the take's own rate are the stored bytes themselves
+    (wav: the stored file, envelope chunk included).
     """
     cache: Cache = getattr(target, "cache", target)
     entry: Entry = getattr(result, "entry", result)
     fmt = lookup(fmt) if isinstance(fmt, str) else fmt
-    if fmt.name == "wav":
-        return entry.blob
-    if fmt.name == "pcm":
-        return bytes(entry.payload)
-    key = encoded_key(entry.header.key, fmt.name, bitrate)
+    if passthrough(fmt, entry.header.sample_rate):
+        return entry.blob if fmt.name == "wav" else bytes(entry.payload)
+    key = key_of(entry.header.key, fmt, bitrate)
     found = cache.get(key, "encoded")
     if found is not None:
         cache.count("encoded_hits")
@@ -54,6 +71,7 @@ def encoded(target: CachedEngine | Cache, result: Result | Entry, fmt: str | For
     data = encode(entry.audio(), fmt)
     stored = blob_entry(key, "encoded", data, fmt.media_type, meta={
         "parent": entry.header.key, "format": fmt.name, "bitrate": bitrate,
+        "rate": fmt.rate_for(entry.header.sample_rate),
         **{k: entry.header.meta.get(k) for k in ("tenant", "engine", "model", "voice", "text")}},
         ttl=None if entry.header.expires is None else max(
             1.0, entry.header.expires - time.time()))  # never outlives its PCM

@@ -43,7 +43,10 @@ def test_cached_first_sentence_streams_before_the_render_finishes(make_app, live
             assert len(engine.calls) == 1  # the second sentence has not been rendered yet
             engine.gate.set()
             rest = b"".join(chunks)
-    assert (first + rest).startswith(stored)  # the cached sentence, then the new one
+    # the cached sentence, then the new one: the pcm is resampled to 24 kHz by one filter
+    # across the join, so what went out before the render began is the stored sentence's
+    # beginning, and only samples within the filter's reach of the join are new
+    assert len(first) > 0 and stored.startswith(first)
     assert len(first + rest) > len(stored)
     assert engine.calls[-1] == "Stand clear of the doors."
 

@@ -9,6 +9,7 @@ message that says so rather than leaking internals.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -56,8 +57,19 @@ class VoiceClipDropped(RequestError):
     status = 409
 
 
+class FieldRefusal(RequestError):
+    """A refusal in OpenAI's terms (the OpenAI-compatible route raises these): the body
+    field at fault (``param``, None when no single one is) and OpenAI's ``code``."""
+
+    def __init__(self, message: str, *, status: int = 400, param: str | None = None,
+                 code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.param, self.code = status, param, code
+
+
 STATUS: list[tuple[type[BaseException], int, str]] = [
     # most specific first: the first matching row wins
+    (FieldRefusal, 400, "invalid_request_error"),  # its own status (``FieldRefusal.status``)
     (Unauthorized, 401, "authentication_error"),
     (Forbidden, 403, "permission_error"),
     (PayloadTooLarge, 413, "invalid_request_error"),
@@ -78,8 +90,9 @@ STATUS: list[tuple[type[BaseException], int, str]] = [
 
 
 def error_body(message: str, kind: str, **extra: object) -> dict[str, object]:
-    """The one error shape every route returns."""
-    return {"error": {"message": message, "type": kind, **extra}}
+    """The one error shape every route returns: OpenAI's, ``param`` and ``code`` always
+    present (null when they say nothing)."""
+    return {"error": {"message": message, "type": kind, "param": None, "code": None, **extra}}
 
 
 def error_response(exc: BaseException) -> JSONResponse:
@@ -92,7 +105,10 @@ def error_response(exc: BaseException) -> JSONResponse:
             if isinstance(exc, Unauthorized):
                 headers["WWW-Authenticate"] = "Bearer"
             message = str(exc) or "render timed out; try again later"
-            return JSONResponse(error_body(message, kind, code=type(exc).__name__),
+            fields: dict[str, object] = {"code": type(exc).__name__}
+            if isinstance(exc, FieldRefusal):
+                status, fields = exc.status, {"param": exc.param, "code": exc.code}
+            return JSONResponse(error_body(message, kind, **fields),
                                 status_code=status, headers=headers)
     log.exception("unexpected error", exc_info=exc)
     return JSONResponse(error_body("internal error; see the server log", "server_error"),
@@ -107,9 +123,10 @@ def install(app: FastAPI) -> None:
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        problems = "; ".join(_describe(err) for err in exc.errors()[:5])
+        errors = exc.errors()
+        problems = "; ".join(_describe(err) for err in errors[:5])
         return _counted(request, JSONResponse(error_body(
-            f"invalid request: {problems}", "invalid_request_error", code="ValidationError"),
+            f"invalid request: {problems}", "invalid_request_error", **_blame(errors)),
             status_code=400))
 
     async def on_http(_request: Request, exc: Exception) -> JSONResponse:
@@ -131,6 +148,31 @@ def _counted(request: Request, response: JSONResponse) -> JSONResponse:
     if server is not None and route is not None:
         server.metrics.request(getattr(route, "name", "unknown"), "ERROR", response.status_code)
     return response
+
+
+VALIDATION_CODES = {"missing": "missing_required_parameter",
+                    "extra_forbidden": "unknown_parameter",
+                    "string_too_long": "string_above_max_length",
+                    "string_too_short": "string_below_min_length"}
+"""pydantic's error types → OpenAI's ``code`` for the same refusal (anything else about
+one field's value is ``invalid_value``, or ``invalid_type`` for a wrong JSON type)."""
+
+
+def _blame(errors: list[dict[str, Any]]) -> dict[str, object]:
+    """``param`` (the body field at fault, when exactly one is) and OpenAI's ``code``."""
+    fields = {_field_of(tuple(err.get("loc", ()))) for err in errors}
+    if len(fields) != 1 or None in fields:
+        return {"code": "ValidationError"}
+    kinds = {str(err.get("type", "")) for err in errors}
+    code = next((VALIDATION_CODES[k] for k in kinds if k in VALIDATION_CODES), None) or (
+        "invalid_type" if all(k.endswith(("_type", "_parsing")) for k in kinds)
+        else "invalid_value")
+    return {"param": fields.pop(), "code": code}
+
+
+def _field_of(loc: tuple[object, ...]) -> str | None:
+    """The top-level body field an error is about (None: the body as a whole)."""
+    return loc[1] if len(loc) > 1 and loc[0] == "body" and isinstance(loc[1], str) else None
 
 
 def _describe(err: dict[str, object]) -> str:

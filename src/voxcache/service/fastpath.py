@@ -17,7 +17,7 @@ import re
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .guard import tenant_for
-from .stored import IMMUTABLE
+from .stored import ENVELOPE_HEADER, IMMUTABLE
 
 PATH = re.compile(r"/v1/audio/([0-9a-f]{64})")
 PASS_THROUGH_HEADERS = (b"range", b"if-none-match")
@@ -39,7 +39,8 @@ class StoredAudioFastPath:
             (b"content-type", b"audio/wav"), (b"content-length", str(len(data)).encode()),
             (b"etag", f'"{key}"'.encode()), (b"cache-control", IMMUTABLE.encode()),
             (b"accept-ranges", b"bytes"), (b"x-cache", b"HIT"), (b"x-cache-tier", b"memory"),
-            (b"x-cache-key", key.encode())]})
+            (b"x-cache-key", key.encode()),
+            (ENVELOPE_HEADER[0].lower().encode(), ENVELOPE_HEADER[1].encode())]})
         await send({"type": "http.response.body", "body": data})
 
     @staticmethod

@@ -1,12 +1,21 @@
 """Turning a take into an HTTP response: whole bodies, progressive audio, and SSE.
 
 Every audio response says how it was served (``X-Cache``, ``X-Cache-Tier``,
-``X-Cache-Key``, ``ETag``). A whole body has its ``Content-Length``; a wav take
-is the stored file itself (no re-encode), other formats are encoded in the I/O
-pool once and stored as ``encoded`` entries (``voxcache.encoded``: memory and
-disk, evicted before the PCM they derive from), so a repeated mp3 hit costs what
-a wav hit does. A streamed take waits for its first chunk before
-sending headers, so a failure before any audio still gets its proper 4xx/5xx.
+``X-Cache-Key``, ``ETag``). A whole body has its ``Content-Length``.
+
+What is delivered is a standard file of the format asked for, never the stored
+envelope: a ``wav`` is a plain 44-byte header and the samples (``GET
+/v1/audio/{key}`` is the route that hands out the stored file itself). The header
+and the stored samples go out as two body messages, so a hit copies nothing.
+Formats that are not the stored samples — mp3, opus, flac, and ``pcm`` at a rate
+other than the take's (OpenAI's 24 kHz) — are encoded in the I/O pool once and
+stored as ``encoded`` entries (``voxcache.encoded``: memory and disk, evicted
+before the PCM they derive from), so a repeated mp3 hit costs what a wav hit does.
+
+A streamed take waits for its first chunk before sending headers, so a failure
+before any audio still gets its proper 4xx/5xx. Its chunks go through one
+stateful resampler (``formats.Resampler``) when the format has its own rate, so
+the streamed samples are exactly those of the whole take resampled.
 """
 
 from __future__ import annotations
@@ -14,28 +23,58 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from fastapi import Response
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
-from ..audio import Audio
-from ..encoded import PASSTHROUGH, encoded_key
+from ..audio import SAMPLE_WIDTH, Audio
 from ..encoded import encoded as encode_cached
+from ..encoded import key_of, passthrough
 from ..entry import Entry
-from ..formats import Format, encode, media_type, wav_header
+from ..formats import WAV_HEADER_BYTES, Format, Resampler, encode, media_type, wav_header
 from .serving import Server, Take
+from .speech_usage import usage
 
 STREAMABLE = ("pcm", "wav")
-"""Formats whose chunks concatenate into one valid stream."""
+"""Formats whose chunks concatenate into one valid stream as they are rendered."""
+
+Part = bytes | memoryview
+
+
+class AudioResponse(Response):
+    """A whole body sent as the parts it is made of (a WAV header, then the stored samples
+    as a view of the verified entry), so answering a hit never copies the take."""
+
+    def __init__(self, parts: Sequence[Part], *, media_type: str,
+                 headers: dict[str, str]) -> None:
+        self.parts = [part for part in parts if len(part)] or [b""]
+        length = sum(len(part) for part in self.parts)
+        super().__init__(None, media_type=media_type,
+                         headers={**headers, "Content-Length": str(length)})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code,
+                    "headers": self.raw_headers})
+        last = len(self.parts) - 1
+        for index, part in enumerate(self.parts):
+            await send({"type": "http.response.body", "body": part, "more_body": index < last})
+
+
+def etag(key: str, fmt: Format, sample_rate: int) -> str:
+    """The delivered representation's tag: never the bare key, which names the stored
+    file (``GET /v1/audio/{key}``, envelope included); raw PCM names its rate."""
+    if fmt.name == "pcm":
+        return f'"{key}.pcm.{fmt.rate_for(sample_rate)}"'
+    return f'"{key}.{fmt.name}"'
 
 
 def cache_headers(take: Take, fmt: Format) -> dict[str, str]:
     """The headers that say how a take was served."""
-    etag = take.key if fmt.name == "wav" else f"{take.key}.{fmt.name}"
     headers = {"X-Cache": take.cache, "X-Cache-Tier": take.tier, "X-Cache-Key": take.key,
-               "ETag": f'"{etag}"', "Cache-Control": "no-cache" if take.cache == "BYPASS"
-               else "private, max-age=0"}
+               "ETag": etag(take.key, fmt, take.sample_rate),
+               "Cache-Control": "no-cache" if take.cache == "BYPASS" else "private, max-age=0"}
     if take.segments is not None:
         headers["X-Cache-Segments-Hit"], headers["X-Cache-Segments-Rendered"] = map(
             str, take.segments)
@@ -45,32 +84,37 @@ def cache_headers(take: Take, fmt: Format) -> dict[str, str]:
 async def whole(server: Server, take: Take, fmt: Format, started: float) -> Response:
     """The take as one body with Content-Length."""
     assert take.entry is not None
-    body = await encoded(server, take.entry, fmt)
+    parts = await delivered(server, take.entry, fmt)
     server.metrics.first_audio(take.cache, time.perf_counter() - started)
-    return Response(body, media_type=media_type(fmt, take.sample_rate),
-                    headers=cache_headers(take, fmt))
+    return AudioResponse(parts, media_type=media_type(fmt, take.sample_rate),
+                         headers=cache_headers(take, fmt))
 
 
-async def encoded(server: Server, entry: Entry, fmt: Format) -> bytes:
-    """The entry in ``fmt``: the stored bytes for wav/pcm, else a cached ``encoded`` entry
-    (memory and disk; encoded in the I/O pool the first time)."""
-    if fmt.name in PASSTHROUGH:
-        return entry.blob if fmt.name == "wav" else bytes(entry.payload)
-    found = server.cache.memory.get(encoded_key(entry.header.key, fmt.name), "encoded")
+async def delivered(server: Server, entry: Entry, fmt: Format) -> tuple[Part, ...]:
+    """The entry in ``fmt``, as parts to send in order: a plain WAV header and the stored
+    samples, the stored samples alone (pcm at the take's rate), or a cached ``encoded``
+    entry (memory and disk; encoded in the I/O pool the first time)."""
+    header = entry.header
+    if passthrough(fmt, header.sample_rate):
+        if fmt.name == "pcm":
+            return (entry.payload,)
+        return wav_header(header.sample_rate, header.channels, header.length), entry.payload
+    found = server.cache.memory.get(key_of(header.key, fmt), "encoded")
     if found is not None:
-        return bytes(found.payload)
-    return await server.admission.read(encode_cached, server.cache, entry, fmt)
+        return (found.payload,)
+    return (await server.admission.read(encode_cached, server.cache, entry, fmt),)
 
 
-async def streamed(server: Server, take: Take, fmt: Format, started: float,
-                   sse: bool) -> Response:
-    """The take as it is rendered: progressive audio, or SSE ``speech.audio.*`` events."""
+async def streamed(server: Server, take: Take, fmt: Format, started: float, sse: bool,
+                   text: str = "") -> Response:
+    """The take as it is rendered: progressive audio, or SSE ``speech.audio.*`` events
+    (``text``: the input, for the ``usage`` of ``speech.audio.done``)."""
     chunks = take.chunks(server.timeout)
     first = await anext(chunks)  # failures before any audio become proper errors
     server.metrics.first_audio(take.cache, time.perf_counter() - started)
     headers = cache_headers(take, fmt)
     if sse:
-        return StreamingResponse(_sse(server, first, chunks, fmt), headers=headers,
+        return StreamingResponse(_sse(server, take, fmt, first, chunks, text), headers=headers,
                                  media_type="text/event-stream")
     return StreamingResponse(_progressive(first, chunks, fmt),
                              media_type=media_type(fmt, take.sample_rate), headers=headers)
@@ -78,31 +122,58 @@ async def streamed(server: Server, take: Take, fmt: Format, started: float,
 
 async def _progressive(first: Audio, rest: AsyncIterator[Audio], fmt: Format
                        ) -> AsyncIterator[bytes]:
+    """Raw samples (resampled to the format's rate, one filter across every chunk); a wav
+    gets one streaming header first (its lengths are unknown: 0xFFFFFFFF, as OpenAI
+    streams WAV)."""
+    rate = fmt.rate_for(first.sample_rate)
+    resampler = Resampler(first.sample_rate, rate, first.channels)
     if fmt.name == "wav":
-        yield wav_header(first.sample_rate, first.channels, None)
-    yield first.pcm
-    async for chunk in rest:
-        yield chunk.pcm
+        yield wav_header(rate, first.channels, None)
+    async for chunk in _prepend(first, rest):
+        samples = resampler.push(chunk.pcm)
+        if samples:
+            yield samples
+    tail = resampler.flush()
+    if tail:
+        yield tail
 
 
-async def _sse(server: Server, first: Audio, rest: AsyncIterator[Audio], fmt: Format
-               ) -> AsyncIterator[bytes]:
-    """One ``speech.audio.delta`` per chunk (pcm: raw samples; other formats: a whole file
-    per chunk), then ``speech.audio.done``."""
-    frames = 0
+async def _sse(server: Server, take: Take, fmt: Format, first: Audio,
+               rest: AsyncIterator[Audio], text: str) -> AsyncIterator[bytes]:
+    """``speech.audio.delta`` events whose ``audio`` concatenates into one file of ``fmt``,
+    then ``speech.audio.done`` with its ``usage`` (of the audio delivered).
 
-    async def delta(chunk: Audio) -> bytes:
-        nonlocal frames
-        frames += chunk.frames
-        data = chunk.pcm if fmt.name == "pcm" else await server.admission.read(encode, chunk,
-                                                                                  fmt)
-        event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
-        return f"data: {json.dumps(event)}\n\n".encode()
-
-    yield await delta(first)
-    async for chunk in rest:
-        yield await delta(chunk)
-    done = {"type": "speech.audio.done",
-            "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0},
-            "audio_frames": frames}
+    A stored take is its delivered file in one delta (a wav header with the real
+    lengths). A take being rendered streams: pcm as resampled samples per chunk, wav as
+    the streaming header then samples; mp3, opus and flac cannot be cut while they
+    are encoded here (libsndfile rewrites their first bytes when the file closes), so
+    they come as one delta once the render is whole.
+    """
+    block = first.channels * SAMPLE_WIDTH
+    if not take.streaming:
+        assert take.entry is not None
+        yield _event(b"".join(await delivered(server, take.entry, fmt)))
+        frames, rate = take.entry.header.length // block, take.entry.header.sample_rate
+    elif fmt.name in STREAMABLE:
+        rate, sent = fmt.rate_for(first.sample_rate), 0
+        async for data in _progressive(first, rest, fmt):
+            sent += len(data)
+            yield _event(data)
+        frames = (sent - (WAV_HEADER_BYTES if fmt.name == "wav" else 0)) // block
+    else:
+        audio = Audio.join([chunk async for chunk in _prepend(first, rest)])
+        frames, rate = audio.frames, audio.sample_rate
+        yield _event(await server.admission.read(encode, audio, fmt))
+    done = {"type": "speech.audio.done", "usage": usage(text, frames, rate)}
     yield f"data: {json.dumps(done)}\n\n".encode()
+
+
+def _event(data: bytes) -> bytes:
+    event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
+    return f"data: {json.dumps(event)}\n\n".encode()
+
+
+async def _prepend(first: Audio, rest: AsyncIterator[Audio]) -> AsyncIterator[Audio]:
+    yield first
+    async for chunk in rest:
+        yield chunk

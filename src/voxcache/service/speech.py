@@ -4,6 +4,12 @@ Both build one core ``SynthesisRequest`` (the tenant from the API key, a named
 uploaded voice replaced by its clip and prompt text) and hand it to the same
 path: ``Server.take`` then ``respond``. A route never chooses an error status;
 it raises from the error tree and ``errors.STATUS`` decides.
+
+The OpenAI route answers as OpenAI does where the two differ: ``pcm`` is 24 kHz
+(OpenAI defines it so, and clients hard-code it; the native route keeps the
+engine's rate and says it in the Content-Type), and a refusal names the body
+field at fault (``param``) with OpenAI's ``code`` — an unknown voice is a 400
+``invalid_value`` listing every name that works, aliases included, not a 404.
 """
 
 from __future__ import annotations
@@ -12,14 +18,23 @@ import base64
 import binascii
 import dataclasses
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
 
-from ..errors import InvalidParameter, UnsupportedFeature
-from ..formats import lookup
+from ..errors import (
+    InvalidParameter,
+    NotFound,
+    RequestError,
+    UnknownVoice,
+    UnsupportedFeature,
+)
+from ..formats import Format, lookup
 from ..request import SynthesisRequest
-from .errors import VoiceClipDropped
+from ..takes import parse_seed_policy
+from .errors import FieldRefusal, VoiceClipDropped
 from .guard import render_priority, tenant_of
 from .options import OPENAI_MODELS, OPENAI_VOICES
 from .respond import STREAMABLE, streamed, whole
@@ -33,9 +48,20 @@ AUDIO_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"content": {"audio/wav": {}, "audio/mpeg": {}, "audio/flac": {}, "audio/pcm": {},
                       "text/event-stream": {}},
           "description": "audio; X-Cache says how it was served"},
-    400: {"description": "invalid request"}, 401: {"description": "bad API key"},
-    404: {"description": "unknown voice"}, 503: {"description": "overloaded"},
+    400: {"description": "invalid request (OpenAI's error shape: param names the field)"},
+    401: {"description": "bad API key"}, 503: {"description": "overloaded"},
 }
+OPENAI_PCM_RATE = 24000
+"""OpenAI's ``pcm``: 24 kHz, 16-bit, mono."""
+OPENAI_FIELDS = {"text": "input", "voice": "voice", "reference_audio": "voice",
+                 "language": "language", "instruct": "instructions", "seed": "seed",
+                 "speed": "speed", "params": "params"}
+"""Core request fields → the OpenAI body field a caller set them with."""
+OPENAI_CODES: list[tuple[tuple[type[RequestError], ...], str]] = [
+    ((UnsupportedFeature,), "unsupported_value"),
+    ((InvalidParameter, UnknownVoice, NotFound), "invalid_value"),
+]
+"""voxcache's refusals → OpenAI's ``code`` (others keep voxcache's class name)."""
 
 
 @router.post("/v1/audio/speech", responses=AUDIO_RESPONSES, tags=["synthesis"])
@@ -44,16 +70,23 @@ async def speech(body: SpeechRequest, request: Request,
     """OpenAI-compatible speech: the official ``openai`` client works unchanged."""
     started = time.perf_counter()
     server: Server = request.app.state.server
-    _check_model(server, body.model)
+    with _openai_refusal("model"):
+        _check_model(server, body.model)
+    with _openai_refusal("response_format"):
+        fmt = lookup(body.response_format)
+    if fmt.name == "pcm":
+        fmt = fmt.at(OPENAI_PCM_RATE)
     voice = body.voice.id if hasattr(body.voice, "id") else body.voice
+    with _openai_refusal("voice"):
+        voice_fields = _voice_fields(request, tenant, voice, openai=True)
     core = SynthesisRequest(text=body.input, instruct=body.instructions, language=body.language,
                             seed=body.seed, speed=body.speed, params=body.params, tenant=tenant,
-                            seed_policy=body.seed_policy,
-                            **_voice_fields(request, tenant, voice))  # type: ignore[arg-type]
+                            seed_policy=body.seed_policy, **voice_fields)
     sse = body.stream_format == "sse"
-    stream = sse or body.response_format == "pcm"
-    return await _serve(request, "speech", core, body.response_format, body.cache, stream, sse,
-                        started)
+    stream = sse or fmt.name == "pcm"
+    with _openai_refusal(None, server, core):
+        return await _serve(request, "speech", core, fmt, body.cache, stream, sse, started,
+                            text=body.input)
 
 
 @router.post("/v1/synthesize", responses=AUDIO_RESPONSES, tags=["synthesis"])
@@ -75,14 +108,13 @@ async def synthesize(body: SynthesizeRequest, request: Request,
             raise InvalidParameter("an uploaded voice carries its own prompt_text; omit it")
         fields.update({k: v for k, v in voice_fields.items() if v is not None or k == "voice"})
     core = SynthesisRequest(**fields, tenant=tenant)
-    return await _serve(request, "synthesize", core, body.response_format, body.cache,
+    return await _serve(request, "synthesize", core, lookup(body.response_format), body.cache,
                         body.stream, False, started)
 
 
-async def _serve(request: Request, route: str, core: SynthesisRequest, format_name: str,
-                 mode: str, stream: bool, sse: bool, started: float) -> Response:
+async def _serve(request: Request, route: str, core: SynthesisRequest, fmt: Format,
+                 mode: str, stream: bool, sse: bool, started: float, text: str = "") -> Response:
     server: Server = request.app.state.server
-    fmt = lookup(format_name)
     mode = _cache_mode(request, mode)
     if stream and not sse and fmt.name not in STREAMABLE:
         stream = False  # encoded formats are delivered whole
@@ -100,7 +132,7 @@ async def _serve(request: Request, route: str, core: SynthesisRequest, format_na
     else:
         take = await server.take(resolved, key, mode, stream=stream, request=core)
     if sse or take.streaming:  # a stored take goes whole, with Content-Length
-        response = await streamed(server, take, fmt, started, sse)
+        response = await streamed(server, take, fmt, started, sse, text)
     else:
         response = await whole(server, take, fmt, started)
     server.metrics.request(route, take.cache, response.status_code)
@@ -124,12 +156,22 @@ def _check_model(server: Server, model: str | None) -> None:
                                f"{engine!r} and also accepts {', '.join(OPENAI_MODELS)}")
 
 
-def _voice_fields(request: Request, tenant: str, name: str | None) -> dict[str, Any]:
-    """Map a voice name to request fields: an uploaded voice, an alias, or an engine voice."""
+def _voice_fields(request: Request, tenant: str, name: str | None,
+                  openai: bool = False) -> dict[str, Any]:
+    """Map a voice name to request fields: an uploaded voice, an alias, or an engine voice.
+
+    ``openai``: a name that is none of those is refused here, listing every name that
+    works (OpenAI's names and the ``[voice_aliases]`` included)."""
     if not name:
         return {"voice": None}
     state = request.app.state
     engine = state.server.cached.engine
+    aliases: dict[str, str] = state.options.voice_aliases
+    if openai and not VOICE_ID.fullmatch(name) and name not in aliases \
+            and name not in engine.voices and name not in OPENAI_VOICES:
+        known = ", ".join(repr(v) for v in sorted({*engine.voices, *OPENAI_VOICES, *aliases}))
+        raise UnknownVoice(f"Invalid value: {name!r} is not a voice of this server. Supported "
+                           f"values are: {known}, or an uploaded voice id (vc_…)")
     if VOICE_ID.fullmatch(name):
         voice = state.voices.get(tenant, name)
         if not engine.supports_reference:
@@ -141,7 +183,6 @@ def _voice_fields(request: Request, tenant: str, name: str | None) -> dict[str, 
             request.state.private_voice = (voice.fingerprint, voice.prompt_text)
             return {"voice": None}
         return {"voice": None, "reference_audio": clip, "prompt_text": voice.prompt_text}
-    aliases: dict[str, str] = state.options.voice_aliases
     if name in aliases:
         return {"voice": aliases[name]}
     if name in engine.voices:  # an engine's own voice wins (an OpenAI upstream has "nova")
@@ -149,6 +190,52 @@ def _voice_fields(request: Request, tenant: str, name: str | None) -> dict[str, 
     if name in OPENAI_VOICES:
         return {"voice": engine.default_voice}
     return {"voice": name}
+
+
+@contextmanager
+def _openai_refusal(param: str | None, server: Server | None = None,
+                    core: SynthesisRequest | None = None) -> Iterator[None]:
+    """Re-raise a refusal as OpenAI words it: the body field at fault (``param``; with
+    ``server`` and ``core``, found by ``_blame``) and OpenAI's code. An unknown voice is
+    a 400 there, not a 404; other statuses (413, 409) stay."""
+    try:
+        yield
+    except FieldRefusal:
+        raise
+    except RequestError as exc:
+        if param is None and server is not None and core is not None:
+            param = _blame(server, core)
+        status = 400 if isinstance(exc, UnknownVoice | NotFound) else exc.status
+        code = next((code for cls, code in OPENAI_CODES if isinstance(exc, cls)),
+                    type(exc).__name__)
+        if isinstance(exc, VoiceClipDropped):
+            param = "voice"
+        raise FieldRefusal(str(exc), status=status, param=param, code=code) from exc
+
+
+def _blame(server: Server, core: SynthesisRequest) -> str | None:
+    """The OpenAI field that alone makes resolution refuse ``core`` (None: no single one).
+
+    Runs on the error path only: each field the caller set is resolved on its own,
+    beside defaults that resolve, and the first that fails is the one at fault."""
+    plain = SynthesisRequest(text="a", tenant=core.tenant)
+    for field, param in OPENAI_FIELDS.items():
+        value = getattr(core, field)
+        if value == getattr(plain, field):
+            continue
+        alone = dataclasses.replace(plain, **{field: value})
+        if field == "reference_audio":
+            alone = dataclasses.replace(alone, prompt_text=core.prompt_text)
+        try:
+            server.cached.resolve(alone)
+        except RequestError:
+            return param
+    if core.seed_policy is not None:
+        try:
+            parse_seed_policy(core.seed_policy)
+        except RequestError:
+            return "seed_policy"
+    return None
 
 
 def _b64(data: str) -> bytes:

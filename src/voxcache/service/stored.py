@@ -30,6 +30,9 @@ from .serving import Server
 router = APIRouter()
 KEY = re.compile(r"[0-9a-f]{64}")
 IMMUTABLE = "private, max-age=31536000, immutable"
+ENVELOPE_HEADER = ("X-Voxcache-Envelope", "vxch")
+"""Says the body is the stored file: a WAV with voxcache's ``vxch`` chunk between ``fmt ``
+and ``data`` (players skip it; a client that takes bytes 44.. as samples must not)."""
 
 
 @router.head("/v1/audio/{key}", include_in_schema=False)
@@ -37,7 +40,8 @@ IMMUTABLE = "private, max-age=31536000, immutable"
             responses={200: {"content": {"audio/wav": {}}}, 304: {}, 206: {},
                        404: {"description": "no such entry (or another tenant's)"}})
 async def stored_audio(key: str, request: Request, tenant: str = Depends(tenant_of)) -> Response:
-    """Serve a stored entry (the WAV file itself, envelope chunk included)."""
+    """Serve a stored entry: the WAV file itself, envelope chunk included
+    (``X-Voxcache-Envelope: vxch``; synthesis routes deliver plain WAVs)."""
     server: Server = request.app.state.server
     if not KEY.fullmatch(key):
         raise NotFound(f"no entry {key!r}")
@@ -46,7 +50,8 @@ async def stored_audio(key: str, request: Request, tenant: str = Depends(tenant_
         raise NotFound(f"no entry {key!r}")
     entry, tier = found
     headers = {"ETag": f'"{key}"', "Cache-Control": IMMUTABLE, "X-Cache": "HIT",
-               "X-Cache-Key": key, "X-Cache-Tier": tier, "Accept-Ranges": "bytes"}
+               "X-Cache-Key": key, "X-Cache-Tier": tier, "Accept-Ranges": "bytes",
+               ENVELOPE_HEADER[0]: ENVELOPE_HEADER[1]}
     if _matches(request.headers.get("if-none-match"), key):
         return Response(status_code=304, headers=headers)
     return _body(entry, request, headers)
