@@ -132,6 +132,12 @@ def decode(blob: bytes, expected_key: str) -> Entry:
     elif blob[:4] == BLOB_MAGIC:
         magic, start = BLOB_MAGIC, 0
     else:
+        # -- tensor kinds: a safetensors file, envelope in __metadata__ (voxcache.tensors) --
+        from .tensors import decode_tensor_entry, looks_like_safetensors
+
+        if looks_like_safetensors(blob):
+            return decode_tensor_entry(blob, expected_key)
+        # -- end of the tensor dispatch --
         raise CorruptEntry("not a voxcache object (bad magic)")
     header, header_json, checksum = _parse_envelope(blob, start)
     if magic == ENVELOPE_MAGIC:

@@ -24,6 +24,14 @@ from ..entry import Entry
 from .base import OK, TierHealth
 
 DEFAULT_KIND_BUDGET = 64 * 1024 * 1024
+# -- eviction priority per kind (stage caches) ---------------------------------------------
+EVICTION_PRIORITY = {"session": 0, "encoded": 1}
+"""When the tier as a whole is over ``total_budget``, kinds give way lowest first: decoder
+state is the cheapest to rebuild (one prefill) and the least likely to be asked again, so it
+goes before anything an engine took seconds to make ("free KV before embeddings"); delivery
+encodings are re-derivable from their PCM. Kinds not named here rank ``DEFAULT_PRIORITY``."""
+DEFAULT_PRIORITY = 2
+# -- end of eviction priority --------------------------------------------------------------
 
 
 class MemoryTier:
@@ -38,7 +46,12 @@ class MemoryTier:
         default_budget: int = DEFAULT_KIND_BUDGET,
         clock: Callable[[], float] = time.time,
         pinned: Callable[[str], bool] | None = None,
+        total_budget: int | None = None,
+        priorities: Mapping[str, int] | None = None,
     ) -> None:
+        self._total_budget = total_budget
+        """Bytes across every kind (None: only the per-kind budgets bound the tier)."""
+        self._priorities = {**EVICTION_PRIORITY, **(priorities or {})}
         self._is_pinned = pinned
         """Where pins live (the disk tier's markers): asked once per entry put here."""
         self._budgets = dict(budgets or {})
@@ -107,7 +120,29 @@ class MemoryTier:
             while self._bytes[kind] > budget:
                 self._remove(kind, _victim(items, self._pinned))
                 self.evictions += 1
+            self._relieve_pressure()
         return True
+
+    def limit_total(self, total_budget: int | None) -> None:
+        """Bound the bytes held across every kind; over it, the lowest-priority kind gives
+        way first (``EVICTION_PRIORITY``)."""
+        with self._lock:
+            self._total_budget = total_budget
+            self._relieve_pressure()
+
+    def _relieve_pressure(self) -> None:
+        """Evict, lowest-priority kind first (its least recent entry), until the whole tier
+        is within ``total_budget`` (caller holds the lock)."""
+        if self._total_budget is None:
+            return
+        while sum(self._bytes.values()) > self._total_budget:
+            held = [kind for kind, items in self._items.items() if items]
+            if not held:
+                return
+            kind = min(held, key=lambda k: (self._priorities.get(k, DEFAULT_PRIORITY),
+                                            -self._bytes[k]))
+            self._remove(kind, _victim(self._items[kind], self._pinned))
+            self.evictions += 1
 
     def set_pinned(self, key: str, pinned: bool) -> None:
         """Keep ``key`` through memory pressure (or stop doing so)."""
