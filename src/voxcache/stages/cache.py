@@ -1,0 +1,325 @@
+"""A cache for any function of a reference clip: embeddings, prompts, token takes, state.
+
+``StageCache.get_or_compute(inputs, compute)`` reads top-down like the audio path:
+
+1. the key follows from ``StageInputs`` (fingerprint, transcript, language, extractor
+   and revision, parameters, tenant, kind);
+2. the fastest tier holding it answers (memory, then disk — and whatever shared
+   tiers the stack has), verified like every entry (``tensors.decode_tensor_entry``),
+   and only if it belongs to the caller's tenant;
+3. a miss joins the key's flight in this process or leads it; the leader takes the
+   key's cross-process lock, looks at the disk again (another process may have
+   extracted it meanwhile), and only then runs the extractor — once;
+4. the artifact is written through every tier as a safetensors file that records the
+   extractor's measured time, so each later hit can count the time it saved.
+
+``session`` artifacts (decoder state) are kept in memory only: they are large,
+cheap to rebuild and private to a conversation, so they never reach a shared tier,
+and the memory tier evicts them first under pressure (``tiers.memory``).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from ..cache import Cache
+from ..entry import Entry
+from ..singleflight import Flight, FlightGroup, key_lock
+from ..tensors import as_numpy, load_tensors, tensor_entry
+from .clip import Clip
+from .keys import ANCHOR_KIND, DEFAULT_TENANT, StageInputs, voice_anchor
+
+DEFAULT_LOCK_WAIT = 120.0
+MEMORY_ONLY_KINDS = frozenset({"session"})
+STAGE_KINDS = ("embedding", "prompt", "tokens", "session")
+_COUNTERS = ("hits", "misses", "joins", "bytes", "saved_us", "compute_us")
+
+
+@dataclass(frozen=True, slots=True)
+class Artifact:
+    """What a stage produces: named arrays, plus small JSON fields (a normalised text, a
+    sample rate) kept in the verified envelope beside them."""
+
+    tensors: Mapping[str, np.ndarray]
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, value: Any, default_name: str) -> Artifact:
+        """Accept what an extractor naturally returns: an ``Artifact``, a mapping of
+        arrays (numpy or torch), or one array (stored under ``default_name``)."""
+        if isinstance(value, Artifact):
+            return cls({k: as_numpy(v) for k, v in value.tensors.items()}, dict(value.fields))
+        if isinstance(value, Mapping):
+            return cls({str(k): as_numpy(v) for k, v in value.items()})
+        return cls({default_name: as_numpy(value)})
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.tensors[name]
+
+
+@dataclass(frozen=True, slots=True)
+class StageResult:
+    """An artifact and how it was served."""
+
+    artifact: Artifact
+    key: str
+    cache: str
+    """``hit``, ``miss`` or ``joined`` (another caller's extraction was shared)."""
+    tier: str
+    """``memory``, ``disk`` (or a shared tier's name) or ``extractor``."""
+    seconds: float
+    entry: Entry
+    """The stored form: ``entry.blob`` is a standard safetensors file."""
+
+    @property
+    def compute_seconds(self) -> float:
+        """What the extractor took when it made this artifact (a hit saved this much)."""
+        return float(self.entry.header.meta.get("compute_seconds", 0.0))
+
+
+class StageCache:
+    """Stage artifacts in a ``Cache``'s tiers: keyed by content, shared, single-flight."""
+
+    def __init__(self, cache: Cache, *, lock_wait: float = DEFAULT_LOCK_WAIT,
+                 flights: FlightGroup | None = None, ttl: float | None = None) -> None:
+        self.cache = cache
+        self.lock_wait = lock_wait
+        self.flights = flights or FlightGroup()
+        self.ttl = ttl
+        self._counts: dict[str, int] = {}
+        self._count_lock = threading.Lock()
+        self._sessions: dict[str, set[str]] = {}
+        """Voice anchor → keys of memory-only artifacts derived from it (for listing)."""
+
+    # -- the path ------------------------------------------------------------------
+    def get_or_compute(self, inputs: StageInputs, compute: Callable[[], Any],
+                       *, ttl: float | None = None) -> StageResult:
+        """The artifact for ``inputs``; ``compute()`` runs only if no tier has it (and no
+        other caller, here or in another process, is computing it)."""
+        started = time.perf_counter()
+        key = inputs.key()
+        found = self._read(key, inputs)
+        if found is not None:
+            return self._hit(found, key, inputs.kind, started)
+        flight, leader = self.flights.join_or_lead(key)
+        if not leader:
+            return self._follow(flight, inputs, key, compute, ttl, started)
+        try:
+            result = self._lead(inputs, key, compute, ttl, started)
+        except BaseException as exc:
+            flight.future.set_exception(exc)
+            raise
+        else:
+            flight.future.set_result(result)
+            return result
+        finally:
+            self.flights.land(key, flight)
+
+    def put(self, inputs: StageInputs, value: Any, *, compute_seconds: float = 0.0,
+            ttl: float | None = None) -> StageResult:
+        """Store an artifact made outside ``get_or_compute`` (decoder state after a turn);
+        ``compute_seconds`` is what a later hit saves."""
+        artifact = Artifact.of(value, inputs.kind)
+        key = inputs.key()
+        entry = tensor_entry(key, inputs.kind, artifact.tensors,
+                             ttl=ttl if ttl is not None else self.ttl,
+                             meta=_meta(inputs, artifact, compute_seconds))
+        self._store(entry, inputs)
+        self._count(inputs.kind, bytes=entry.size)
+        return StageResult(artifact, key, "miss", "extractor", 0.0, entry)
+
+    def lookup(self, key: str, tenant: str, kind: str) -> StageResult | None:
+        """A stored artifact by key, for its own tenant only.
+
+        Another tenant's key reads exactly like an absent one, at the same cost
+        (``Cache.get_owned``: one memory peek and one index lookup either way, no file
+        read, no recency or hit counted), so a probe learns nothing.
+        """
+        started = time.perf_counter()
+        if kind in MEMORY_ONLY_KINDS:
+            held = self.cache.memory.peek(key, kind)
+            if held is None or _tenant_of(held) != tenant:
+                return None
+            found: tuple[Entry, str] | None = (held, "memory")
+        else:
+            found = self.cache.get_owned(key, tenant, kind)
+        if found is None or found[0].header.kind != kind:
+            self._count(kind, misses=1)
+            return None
+        return self._hit(found, key, kind, started)
+
+    def _read(self, key: str, inputs: StageInputs) -> tuple[Entry, str] | None:
+        if inputs.kind in MEMORY_ONLY_KINDS:
+            entry = self.cache.memory.get(key, inputs.kind)
+            found = None if entry is None else (entry, "memory")
+        else:
+            found = self.cache.get(key, inputs.kind)
+        if found is None:
+            return None
+        entry = found[0]
+        # The key holds the tenant, so this never differs for entries voxcache wrote; it
+        # is the second wall, for a file planted under another tenant's key.
+        if entry.header.kind != inputs.kind or _tenant_of(entry) != inputs.tenant:
+            return None
+        return found
+
+    def _hit(self, found: tuple[Entry, str], key: str, kind: str,
+             started: float) -> StageResult:
+        entry, tier = found
+        saved_us = int(float(entry.header.meta.get("compute_seconds", 0.0)) * 1e6)
+        self._count(kind, hits=1, saved_us=saved_us)
+        return StageResult(_artifact_of(entry), key, "hit", tier,
+                           time.perf_counter() - started, entry)
+
+    def _follow(self, flight: Flight, inputs: StageInputs, key: str,
+                compute: Callable[[], Any], ttl: float | None, started: float) -> StageResult:
+        try:
+            shared: StageResult = flight.future.result(timeout=self.lock_wait)
+        except TimeoutError:  # the leader is stuck: a duplicate extraction beats waiting
+            return self._compute(inputs, key, compute, ttl, started)
+        self._count(inputs.kind, joins=1)
+        return replace(shared, cache="joined", seconds=time.perf_counter() - started)
+
+    def _lead(self, inputs: StageInputs, key: str, compute: Callable[[], Any],
+              ttl: float | None, started: float) -> StageResult:
+        if inputs.kind in MEMORY_ONLY_KINDS:
+            return self._compute(inputs, key, compute, ttl, started)
+        with key_lock(self.cache.root / "locks", key, self.lock_wait,
+                      on_fault=self.cache.lock_fault) as locked:
+            if locked:
+                entry = self.cache.read_disk(key, inputs.kind)
+                if entry is not None and _tenant_of(entry) == inputs.tenant:
+                    self._count(inputs.kind, joins=1)
+                    return StageResult(_artifact_of(entry), key, "joined", "disk",
+                                       time.perf_counter() - started, entry)
+            return self._compute(inputs, key, compute, ttl, started)
+
+    def _compute(self, inputs: StageInputs, key: str, compute: Callable[[], Any],
+                 ttl: float | None, started: float) -> StageResult:
+        began = time.perf_counter()
+        artifact = Artifact.of(compute(), inputs.kind)
+        seconds = time.perf_counter() - began
+        entry = tensor_entry(key, inputs.kind, artifact.tensors,
+                             ttl=ttl if ttl is not None else self.ttl,
+                             meta=_meta(inputs, artifact, seconds))
+        self._store(entry, inputs)
+        self._count(inputs.kind, misses=1, bytes=entry.size, compute_us=int(seconds * 1e6))
+        return StageResult(artifact, key, "miss", "extractor", time.perf_counter() - started,
+                           entry)
+
+    def _store(self, entry: Entry, inputs: StageInputs) -> None:
+        if inputs.kind in MEMORY_ONLY_KINDS:
+            self.cache.memory.put(entry, tenant=inputs.tenant)
+            if inputs.anchor:
+                with self._count_lock:
+                    self._sessions.setdefault(inputs.anchor, set()).add(entry.header.key)
+        else:
+            self.cache.put(entry, tenant=inputs.tenant)
+
+    # -- voices --------------------------------------------------------------------
+    def voice_artifacts(self, tenant: str, fingerprint: str) -> list[tuple[str, str]]:
+        """(key, kind) of every stored artifact derived from one tenant's voice."""
+        anchor = voice_anchor(tenant, fingerprint)
+        stored = set(self.cache.disk.children(anchor))
+        with self._count_lock:
+            live = {k for k in self._sessions.get(anchor, ())
+                    if self.cache.memory.contains(k, "session")}
+        stored |= {(k, "session") for k in live}
+        return sorted(stored)
+
+    def purge_voice(self, tenant: str, fingerprint: str) -> int:
+        """Remove every artifact derived from one tenant's voice from every tier (and,
+        through the invalidation log, from other processes' memory); return how many."""
+        anchor = voice_anchor(tenant, fingerprint)
+        found = self.voice_artifacts(tenant, fingerprint)
+        self.cache.delete(anchor, ANCHOR_KIND)  # the anchor's children go with it
+        with self._count_lock:
+            self._sessions.pop(anchor, None)
+        return len(found)
+
+    # -- counters ------------------------------------------------------------------
+    def _count(self, kind: str, **deltas: int) -> None:
+        with self._count_lock:
+            for name, delta in deltas.items():
+                counter = f"stage_{kind}_{name}"
+                self._counts[counter] = self._counts.get(counter, 0) + delta
+        for name, delta in deltas.items():
+            if delta:
+                self.cache.count(f"stage_{kind}_{name}", delta)
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Hits, misses, joins, bytes written, time saved and extractor time per kind,
+        in this process since start (the persisted totals are in ``Cache.stats()``)."""
+        with self._count_lock:
+            return {kind: {name: self._counts.get(f"stage_{kind}_{name}", 0)
+                           for name in _COUNTERS} for kind in STAGE_KINDS}
+
+
+def stage_cached(stages: StageCache, *, kind: str, extractor: str, revision: str,
+                 ) -> Callable[[Callable[..., Any]], Callable[..., StageResult]]:
+    """Cache ``fn(clip: Clip, **params)`` by the clip's content and every input.
+
+        @stage_cached(stages, kind="embedding", extractor="my-ecapa", revision="v2.1")
+        def embed(clip: Clip) -> np.ndarray: ...
+
+        embed(wav_bytes, tenant="acme").artifact["embedding"]
+
+    The wrapper takes the clip's file bytes (or a ``Clip``) and keyword-only
+    ``tenant``, ``prompt_text``, ``language`` and the function's own parameters (JSON
+    scalars; defaults filled in, so an explicit default shares the entry). The
+    function receives ``prompt_text``/``language`` only if its signature names them.
+    """
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., StageResult]:
+        signature = inspect.signature(fn)
+        own = {name: p.default for name, p in list(signature.parameters.items())[1:]
+               if name not in ("prompt_text", "language")}
+        wants_text = {n for n in ("prompt_text", "language") if n in signature.parameters}
+
+        @functools.wraps(fn)
+        def wrapper(clip: bytes | Clip, *, tenant: str = DEFAULT_TENANT, prompt_text: str = "",
+                    language: str = "", **params: Any) -> StageResult:
+            unknown = set(params) - set(own)
+            if unknown:
+                raise TypeError(f"{fn.__name__}() takes no parameter {sorted(unknown)[0]!r}")
+            resolved = {name: params.get(name, default) for name, default in own.items()}
+            clip = clip if isinstance(clip, Clip) else Clip.of(clip)
+            inputs = StageInputs(kind, extractor, revision, clip.fingerprint, tenant,
+                                 prompt_text, language, resolved)
+            extra = {"prompt_text": prompt_text, "language": language}
+            call_with = {**resolved, **{n: extra[n] for n in wants_text}}
+            return stages.get_or_compute(inputs, lambda: fn(clip, **call_with))
+
+        wrapper.stage_cache = stages  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate
+
+
+def _meta(inputs: StageInputs, artifact: Artifact, seconds: float) -> dict[str, Any]:
+    """The envelope's description of an artifact: what it was made from (for `ls`,
+    index rebuilds and purges) and what making it cost."""
+    return {
+        "tenant": inputs.tenant, "engine": inputs.extractor, "model": inputs.revision,
+        "voice": inputs.reference[:16], "text": inputs.prompt_text[:200],
+        "parent": inputs.anchor, "reference": inputs.reference,
+        "inputs": inputs.payload(), "compute_seconds": round(seconds, 6),
+        "fields": dict(artifact.fields),
+    }
+
+
+def _artifact_of(entry: Entry) -> Artifact:
+    fields = entry.header.meta.get("fields") or {}
+    return Artifact(load_tensors(entry), dict(fields))
+
+
+def _tenant_of(entry: Entry) -> str:
+    return str(entry.header.meta.get("tenant", ""))

@@ -1,0 +1,131 @@
+"""GPT-SoVITS ``TTS.prompt_cache``, persistent, shared and keyed by content.
+
+``TTS.run(inputs)`` keeps one prompt in ``self.prompt_cache``: the reference's
+semantic tokens (CN-HuBERT + the SoVITS quantizer) and spectrogram, recomputed
+only when ``ref_audio_path`` differs *as a string* from the last call's, and the
+prompt text's phones and BERT features, recomputed only when the text differs.
+So a restart loses it (GPT-SoVITS#2141), and a new clip written to the same path
+keeps the old voice.
+
+``GPTSoVITSPrompts.install(tts)`` wraps ``run`` on the instance: before each call
+it reads the reference, fingerprints its decoded PCM, fetches that clip's prompt
+from the stage cache (or extracts it once with the engine's own methods) and puts
+it in ``prompt_cache`` under the path the caller gave, so ``run`` finds it current
+and skips its own extraction. Auxiliary references are left to ``run`` (it
+recomputes them whenever their paths change; they are not cached here).
+
+The raw reference samples ``prompt_cache`` also holds (``raw_audio``/``raw_sr``,
+for v3/v4 vocoders) are never stored: they are the clip itself. They are set from
+the clip already read for the fingerprint, which keeps privacy mode's promise that
+the cache holds derived artifacts only.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from .cache import Artifact, StageCache, StageResult
+from .clip import Clip
+from .engine_clips import clip_of
+from .keys import DEFAULT_TENANT, StageInputs
+
+EXTRACTOR = "gpt-sovits.prompt_cache"
+SENTENCE_ENDS = frozenset("，。？！,.?!~:：—…")
+"""GPT-SoVITS's ``splits``: a prompt text not ending in one gets a full stop appended."""
+
+
+def normalized_prompt_text(prompt_text: str, prompt_lang: str) -> str:
+    """The prompt text as ``TTS.run`` compares and stores it."""
+    text = prompt_text.strip("\n")
+    if text and text[-1] not in SENTENCE_ENDS:
+        text += "。" if prompt_lang != "en" else "."
+    return text
+
+
+class GPTSoVITSPrompts:
+    """``TTS.prompt_cache`` filled from a ``StageCache`` before every ``run``."""
+
+    def __init__(self, stages: StageCache, revision: str, tenant: str = DEFAULT_TENANT) -> None:
+        self.stages = stages
+        self.revision = revision
+        """The weights in use (GPT and SoVITS checkpoints' hashes, the version)."""
+        self.tenant = tenant
+        self.extractions = 0
+        """Prompt extractions that really ran (what a test counts)."""
+        self._run_lock = threading.Lock()
+        """``run`` mutates ``prompt_cache``: one call at a time per engine instance."""
+
+    def install(self, tts: Any) -> Any:
+        """Wrap ``tts.run`` so every call starts from the cached prompt; return ``tts``."""
+        original = tts.run
+
+        def run(inputs: dict) -> Iterator[Any]:
+            with self._run_lock:
+                reference = inputs.get("ref_audio_path")
+                prompt_text = inputs.get("prompt_text") or ""
+                if reference and prompt_text:
+                    self.load(tts, reference, prompt_text, inputs.get("prompt_lang", ""))
+                yield from original(inputs)
+
+        tts.run = run
+        return tts
+
+    def load(self, tts: Any, ref_audio_path: str, prompt_text: str,
+             prompt_lang: str) -> StageResult:
+        """Put the prompt of the clip now at ``ref_audio_path`` into ``tts.prompt_cache``."""
+        clip = clip_of(ref_audio_path)
+        text = normalized_prompt_text(prompt_text, prompt_lang)
+        configs = tts.configs
+        inputs = StageInputs(
+            "prompt", EXTRACTOR, self.revision, clip.fingerprint, self.tenant, text, prompt_lang,
+            {"version": str(configs.version), "is_half": bool(configs.is_half),
+             "sampling_rate": int(configs.sampling_rate), "v2pro": bool(tts.is_v2pro)})
+        result = self.stages.get_or_compute(
+            inputs, lambda: self._extract(tts, ref_audio_path, text, prompt_lang))
+        _install(tts, result, ref_audio_path, text, prompt_lang, clip)
+        return result
+
+    def _extract(self, tts: Any, ref_audio_path: str, text: str, prompt_lang: str
+                 ) -> dict[str, Any]:
+        """The engine's own extraction, as ``run`` would do it."""
+        self.extractions += 1
+        tts._set_prompt_semantic(ref_audio_path)
+        spec, audio16k = tts._get_ref_spec(ref_audio_path)
+        phones, bert_features, norm_text = \
+            tts.text_preprocessor.segment_and_extract_feature_for_text(
+                text, prompt_lang, tts.configs.version)
+        arrays = {"prompt_semantic": tts.prompt_cache["prompt_semantic"], "refer_spec": spec,
+                  "phones": np.asarray(phones, dtype=np.int64), "bert_features": bert_features}
+        if audio16k is not None:  # v2Pro's speaker-verification input
+            arrays["refer_audio16k"] = audio16k
+        return Artifact(arrays, {"norm_text": norm_text})
+
+
+def _install(tts: Any, result: StageResult, path: str, text: str, lang: str,
+             clip: Clip) -> None:
+    """Fill ``prompt_cache`` so ``run`` sees the prompt as current for this call."""
+    import torch
+
+    device = tts.configs.device
+    arrays = result.artifact.tensors
+
+    def tensor(name: str) -> torch.Tensor:
+        return torch.from_numpy(arrays[name].copy()).to(device)
+
+    audio16k = tensor("refer_audio16k") if "refer_audio16k" in arrays else None
+    cache = tts.prompt_cache
+    cache["ref_audio_path"] = path
+    cache["prompt_semantic"] = tensor("prompt_semantic")
+    cache["refer_spec"] = [(tensor("refer_spec"), audio16k)]
+    cache["aux_ref_audio_paths"] = []  # run recomputes auxiliary references itself
+    cache["prompt_text"] = text
+    cache["prompt_lang"] = lang
+    cache["phones"] = arrays["phones"].tolist()
+    cache["bert_features"] = tensor("bert_features")
+    cache["norm_text"] = result.artifact.fields.get("norm_text", "")
+    cache["raw_audio"] = torch.from_numpy(np.ascontiguousarray(clip.samples().T)).to(device)
+    cache["raw_sr"] = clip.sample_rate
