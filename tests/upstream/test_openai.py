@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from fastapi import Request
 
 from voxcache import Cache, CachedEngine, SynthesisRequest
 from voxcache.errors import UnknownVoice, UnsupportedFeature, UpstreamError
@@ -65,3 +66,45 @@ def test_refusals_and_upstream_errors(upstream, cache: Cache) -> None:
         wrong_key.synthesize(SynthesisRequest("Hi."))
     assert refused.value.upstream_status == 401 and "Incorrect API key" in str(refused.value)
     assert len(calls) == 1  # the 500 was not retried; the 401 never reached the recorder
+
+
+def test_an_upstream_refusal_reaches_the_openai_client_as_its_400(tmp_path) -> None:
+    """The upstream refuses the text (its 4096-character limit): the caller must change the
+    request, so the official client gets a 400 (BadRequestError), not a retryable 502, and
+    the message carries the upstream's reason but neither its URL nor its paths. A refusal
+    of voxcache's own API key is the operator's problem: it stays a 502."""
+    import openai
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+
+    from voxcache.config import Settings
+    from voxcache.service import create_app
+    from voxcache.service.options import ServiceOptions
+
+    strict = FastAPI()
+
+    @strict.post("/v1/audio/speech")
+    async def speech(request: Request) -> JSONResponse:
+        if request.headers.get("authorization") != "Bearer sk-test":
+            return JSONResponse({"error": {"message": "Incorrect API key provided"}}, 401)
+        return JSONResponse({"error": {
+            "message": "input is over 4096 characters (see /srv/openai/limits.py)",
+            "type": "invalid_request_error", "param": "input",
+            "code": "string_above_max_length"}}, 400)
+
+    settings = Settings(cache_dir=tmp_path / "cache")
+    with serve_app(strict) as url:
+        for key, status in (("sk-test", 400), ("sk-nope", 502)):
+            cache = Cache(tmp_path / key)
+            cached = CachedEngine(load_upstream(f"openai={url}/v1", api_key=key), cache)
+            app = create_app(settings, options=ServiceOptions(), cached=cached)
+            with serve_app(app) as gateway:
+                client = openai.OpenAI(base_url=f"{gateway}/v1", api_key="x", max_retries=0)
+                with pytest.raises(openai.APIStatusError) as err:
+                    client.audio.speech.create(model="tts-1", voice="alloy", input="Too long.")
+            cache.close()
+            assert err.value.status_code == status
+            if status == 400:
+                assert isinstance(err.value, openai.BadRequestError)
+                assert "over 4096 characters" in err.value.message
+                assert url not in err.value.message and "/srv/openai" not in err.value.message

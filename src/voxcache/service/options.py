@@ -17,11 +17,12 @@ from typing import Any
 
 from ..config import Settings, parse_size
 from ..errors import InvalidParameter
+from ..upstream.openai import OPENAI_VOICES as UPSTREAM_OPENAI_VOICES
 
-OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage",
-                 "shimmer", "verse", "marin", "cedar")
-"""OpenAI's built-in voice names. By default each is an alias of the engine's default voice,
-so the official client's examples work unchanged; ``[voice_aliases]`` maps them elsewhere."""
+OPENAI_VOICES = UPSTREAM_OPENAI_VOICES
+"""OpenAI's built-in voice names (one list, ``upstream.openai``'s). By default each is an
+alias of the engine's default voice, so the official client's examples work unchanged;
+``[voice_aliases]`` maps them elsewhere."""
 
 OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-tts")
 """OpenAI model names accepted as aliases of the configured engine."""

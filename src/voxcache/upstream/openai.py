@@ -10,6 +10,11 @@ Voices: the server's own list from ``GET /v1/audio/voices`` when it has one
 operator's ``voices``. ``instructions`` only reaches models that take it;
 whether the upstream's model does is the operator's call (``instructions=True``),
 since a server that ignores the field would make the key lie.
+
+The upstream refusing the request itself (400, 404, 413, 422: a text over its length
+limit, a voice it does not have) is the caller's to fix, so it is a refusal here too
+(``InvalidParameter``, the upstream's reason without its URL), not a 502 a client
+would retry; the upstream refusing voxcache's API key (401, 403) or failing stays a 502.
 """
 
 from __future__ import annotations
@@ -18,13 +23,16 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..audio import Audio
-from ..errors import UpstreamError
+from ..errors import InvalidParameter, UpstreamError
 from ..request import ResolvedRequest
 from .base import UpstreamEngine
 from .decode import wav_stream
 
+CALLER_FAULTS = (400, 404, 413, 422)
+"""Upstream statuses that mean "this request cannot be rendered as sent"."""
 OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage",
                  "shimmer", "verse", "marin", "cedar")
+"""OpenAI's built-in voices, as its API reference lists them (also the service's aliases)."""
 
 
 class OpenAISpeechEngine(UpstreamEngine):
@@ -70,5 +78,13 @@ class OpenAISpeechEngine(UpstreamEngine):
                                 "speed": request.speed}
         if request.instruct:
             body["instructions"] = request.instruct
-        with self.client.stream("POST", self.path, json=body) as chunks:
-            yield from wav_stream(chunks)
+        try:
+            with self.client.stream("POST", self.path, json=body) as chunks:
+                yield from wav_stream(chunks)
+        except UpstreamError as exc:
+            if exc.upstream_status not in CALLER_FAULTS:
+                raise
+            reason = str(exc).partition(f"answered {exc.upstream_status}: ")[2]
+            raise InvalidParameter(f"the upstream speech server refused this request "
+                                   f"({exc.upstream_status}): {reason or 'no reason given'}"
+                                   ) from None
