@@ -14,10 +14,10 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import VoxcacheError
-from . import bench, cache_commands, entries, purge, rerender, serve, warm
+from . import bench, cache_commands, entries, pack, purge, rerender, serve, warm
 from .common import EXIT_CODES_HELP, exit_code_for, print_json
 
-COMMAND_MODULES = [cache_commands, entries, purge, serve, warm, bench, rerender]
+COMMAND_MODULES = [cache_commands, entries, purge, serve, warm, bench, rerender, pack]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,110 @@
+"""The pack file: a plain ustar archive, written with ``tarfile`` and read strictly.
+
+A pack is a tar file so that ordinary tools can look inside (``tar tf pack.vxpack``
+lists ``manifest.json``, ``manifest.sig`` and ``objects/ab/cd/<key>.wav``, the
+entries' paths in a cache folder). Writing uses ``tarfile`` in ustar format (no
+pax or GNU extensions: every name we write fits ustar's 100 characters).
+
+Reading does not hand the stream to ``tarfile``: it would read a pax or GNU long
+name header of any size into memory, and follow link members, before a single
+byte had been verified. Here each 512-byte header is parsed by tarfile's own
+``TarInfo.frombuf`` (which checks its checksum), anything but a regular file is
+refused, and the caller decides — from the signed manifest — how many bytes a
+member may have before any of them is read. Nothing is ever extracted by name.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from typing import BinaryIO
+
+from ..errors import InvalidParameter
+
+BLOCK = 512
+MANIFEST = "manifest.json"
+SIGNATURE = "manifest.sig"
+MAX_SIGNATURE_BYTES = 4096
+_READ_CHUNK = 1 << 20
+
+
+class BadPack(InvalidParameter):
+    """The file is not a pack this version can read, or it ends early."""
+
+
+class PackWriter:
+    """Writes members to a ustar stream (``out`` need not be seekable)."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self._tar = tarfile.open(  # noqa: SIM115 - closed by close()
+            fileobj=out, mode="w|", format=tarfile.USTAR_FORMAT)
+
+    def add(self, name: str, data: bytes, mtime: float = 0.0) -> None:
+        """Append one regular file (0600, owner-less, so the bytes do not depend on the host)."""
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        info.mtime = int(mtime)
+        info.mode = 0o600
+        self._tar.addfile(info, io.BytesIO(data))
+
+    def close(self) -> None:
+        """Write the end-of-archive blocks."""
+        self._tar.close()
+
+
+class PackReader:
+    """Reads a pack member by member, never more bytes than the caller allows."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+        self.offset = 0
+
+    def next_member(self) -> tuple[str, int] | None:
+        """(name, size) of the next member, or None at the end of the archive."""
+        block = self._exactly(BLOCK, allow_end=True)
+        if block is None or block == b"\0" * BLOCK:
+            return None
+        try:
+            info = tarfile.TarInfo.frombuf(block, "utf-8", "strict")
+        except (tarfile.HeaderError, UnicodeDecodeError) as exc:
+            raise BadPack(f"damaged archive header at byte {self.offset - BLOCK}: {exc}") \
+                from None
+        if info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
+            raise BadPack(f"member {info.name!r} is not a regular file (type "
+                          f"{info.type!r}); packs hold only regular files")
+        return info.name, info.size
+
+    def read(self, size: int) -> bytes:
+        """The current member's data (``size`` as its header said), then its padding."""
+        data = self._exactly(size)
+        assert data is not None
+        self._skip_padding(size)
+        return data
+
+    def skip(self, size: int) -> None:
+        """Pass over the current member's data without keeping it."""
+        left = size
+        while left:
+            chunk = self._exactly(min(left, _READ_CHUNK))
+            assert chunk is not None
+            left -= len(chunk)
+        self._skip_padding(size)
+
+    def _skip_padding(self, size: int) -> None:
+        pad = -size % BLOCK
+        if pad:
+            self._exactly(pad)
+
+    def _exactly(self, size: int, allow_end: bool = False) -> bytes | None:
+        parts, left = [], size
+        while left:
+            chunk = self._stream.read(min(left, _READ_CHUNK))
+            if not chunk:
+                if allow_end and left == size:
+                    return None
+                raise BadPack(f"the pack ends early (at byte {self.offset}); it was cut short "
+                              "— fetch it again")
+            parts.append(chunk)
+            left -= len(chunk)
+            self.offset += len(chunk)
+        return b"".join(parts)

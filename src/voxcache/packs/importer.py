@@ -1,0 +1,206 @@
+"""``pack import``: verify a pack, then store each entry it names, first writer wins.
+
+Order of trust: the manifest and its signature are the first two members, and the
+signature is checked against the trusted keys before anything else is read —
+an untrusted or altered pack imports nothing. Then each entry must be exactly what
+its manifest line says: the member's name is the line's path (a member no line
+names is refused), its size the line's size (checked before a byte is read), its
+BLAKE3 the line's, its envelope must verify under the line's key (so the file was
+stored under that key: a swapped entry fails here even with a valid checksum),
+and its kind and tenant must agree with the line. Only then is it written, through
+the cache, with the disk tier's atomic publish — a killed import leaves whole
+entries or none, and running it again imports the rest (what is already stored is
+skipped). An entry that fails is refused and reported; the others are imported.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+import blake3
+
+from ..cache import Cache
+from ..entry import CorruptEntry, Entry, decode
+from ..tiers.entry_files import NotAnEntryFile, read_entry_file
+from . import identity
+from .container import MANIFEST, MAX_SIGNATURE_BYTES, SIGNATURE, BadPack, PackReader
+from .manifest import MAX_MANIFEST_BYTES, Line, Manifest, digest, parse
+from .signing import PublicKey, verify
+
+log = logging.getLogger("voxcache.packs")
+
+Progress = Callable[[int, int, int, int], None]
+"""Called with (entries done, entries in the pack, bytes done, bytes in the pack)."""
+
+
+@dataclass(slots=True)
+class Imported:
+    """What an import did, entry by entry (``pack import --json`` prints it)."""
+
+    digest: str
+    signed_by: str
+    entries: int
+    imported: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    """Already stored here, the same take (an import run again or resumed, or a take this
+    edge fetched from the center: same samples, its own envelope)."""
+    kept: list[str] = field(default_factory=list)
+    """Another take was already stored under the key here: first writer wins."""
+    expired: list[str] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
+    """Members that failed verification, with the reason (nothing of them was stored)."""
+    not_stored: dict[str, str] = field(default_factory=dict)
+    """Verified, but the cache could not store them (a full disk)."""
+    missing: list[str] = field(default_factory=list)
+    """Keys the manifest names that the pack does not carry (it was cut short)."""
+    pinned: int = 0
+    bytes: int = 0
+    truncated: str | None = None
+    snapshot: str | None = None
+    identity_recorded: bool = False
+
+    @property
+    def complete(self) -> bool:
+        """Every entry of the pack is now here (imported, skipped, kept or expired)."""
+        return not (self.refused or self.not_stored or self.missing or self.truncated)
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON summary: counts, and the reason for every refusal."""
+        return {"digest": self.digest, "signed_by": self.signed_by, "entries": self.entries,
+                "imported": len(self.imported), "skipped": len(self.skipped),
+                "kept": len(self.kept), "expired": len(self.expired),
+                "refused": dict(self.refused), "not_stored": dict(self.not_stored),
+                "missing": list(self.missing), "pinned": self.pinned, "bytes": self.bytes,
+                "truncated": self.truncated, "complete": self.complete}
+
+
+def read_header(reader: PackReader, trusted: list[PublicKey]) -> tuple[Manifest, bytes, str]:
+    """The verified manifest, its bytes and the id of the key that signed it."""
+    manifest_bytes = _member(reader, MANIFEST, MAX_MANIFEST_BYTES)
+    signature = _member(reader, SIGNATURE, MAX_SIGNATURE_BYTES)
+    signer = verify(signature, manifest_bytes, trusted)  # before a byte of it is believed
+    return parse(manifest_bytes), manifest_bytes, signer.id
+
+
+def import_pack(cache: Cache, stream: BinaryIO, trusted: list[PublicKey], *,
+                pin: bool = False, progress: Progress | None = None,
+                now: float | None = None) -> Imported:
+    """Verify and import a pack read from ``stream``; see the module docstring."""
+    reader = PackReader(stream)
+    manifest, manifest_bytes, signer = read_header(reader, trusted)
+    report = Imported(digest(manifest_bytes), signer, len(manifest.lines),
+                      snapshot=manifest.snapshot)
+    report.identity_recorded = _record_identity(cache, manifest)
+    expected = {line.member: line for line in manifest.lines}
+    seen: set[str] = set()
+    total = manifest.total_bytes
+    try:
+        while (member := reader.next_member()) is not None:
+            name, size = member
+            line = expected.get(name)
+            if line is None or name in seen:
+                reader.skip(size)
+                report.refused[name] = ("the manifest names no such entry" if line is None
+                                        else "a second copy of an entry")
+                continue
+            seen.add(name)
+            if size != line.size:
+                reader.skip(size)
+                report.refused[line.key] = f"{size} bytes, but the manifest says {line.size}"
+            else:
+                _one(cache, line, reader.read(size), pin, report,
+                     time.time() if now is None else now)
+            if progress is not None:
+                progress(len(seen), len(manifest.lines), reader.offset, total)
+    except BadPack as exc:
+        report.truncated = str(exc)
+    report.missing = [line.key for line in manifest.lines if line.member not in seen]
+    return report
+
+
+def _one(cache: Cache, line: Line, blob: bytes, pin: bool, report: Imported,
+         now: float) -> None:
+    """Check one entry against its line and store it (or say why not)."""
+    reason = _refusal(line, blob)
+    if reason is not None:
+        report.refused[line.key] = reason
+        return
+    entry = decode(blob, line.key)
+    if entry.header.expired(now):
+        report.expired.append(line.key)
+        return
+    wanted_pin = pin or line.pinned
+    held = _stored(cache, line)
+    if held is not None and not held.header.expired(now):
+        same_take = bytes(held.payload) == bytes(entry.payload)  # envelopes may differ
+        (report.skipped if same_take else report.kept).append(line.key)
+        if wanted_pin and cache.pin(line.key):
+            report.pinned += 1
+        return
+    if not cache.put(entry, tenant=line.tenant, pinned=wanted_pin):
+        report.not_stored[line.key] = "the cache could not store it (is the disk full?)"
+        return
+    report.imported.append(line.key)
+    report.bytes += len(blob)
+    report.pinned += int(wanted_pin)
+
+
+def _refusal(line: Line, blob: bytes) -> str | None:
+    """Why ``blob`` is not the entry ``line`` names, or None when it is."""
+    if blake3.blake3(blob).hexdigest() != line.blake3:
+        return "its BLAKE3 differs from the manifest's (altered or damaged)"
+    try:
+        entry = decode(blob, line.key)
+    except CorruptEntry as exc:
+        return f"its envelope does not verify under its key: {exc}"
+    if entry.header.kind != line.kind:
+        return f"it holds kind {entry.header.kind!r}, the manifest says {line.kind!r}"
+    tenant = str(entry.header.meta.get("tenant") or "default")
+    if tenant != line.tenant:
+        return f"it belongs to tenant {tenant!r}, the manifest says {line.tenant!r}"
+    return None
+
+
+def _stored(cache: Cache, line: Line) -> Entry | None:
+    """The verified entry already stored under the line's key here, if any (read directly:
+    an import must not count hits)."""
+    try:
+        return decode(read_entry_file(str(cache.disk.path_of(line.key, line.kind))), line.key)
+    except (OSError, NotAnEntryFile, CorruptEntry):
+        return None
+
+
+def _member(reader: PackReader, name: str, limit: int) -> bytes:
+    member = reader.next_member()
+    if member is None or member[0] != name:
+        found = "the end of the file" if member is None else repr(member[0])
+        raise BadPack(f"not a voxcache pack: expected {name!r}, found {found}")
+    if member[1] > limit:
+        raise BadPack(f"{name} is {member[1]} bytes, over the {limit} limit")
+    return reader.read(member[1])
+
+
+def _record_identity(cache: Cache, manifest: Manifest) -> bool:
+    """Record the pack's engine identity when this folder has none, or an older one: a
+    node provisioned from packs alone can then start as an edge while offline."""
+    if manifest.engine is None:
+        return False
+    try:
+        identity.check(manifest.engine)
+    except identity.BadIdentity as exc:
+        log.warning("pack %s carries an unusable engine identity (%s); not recorded",
+                    manifest.snapshot or "", exc)
+        return False
+    current = identity.read_record(cache.root)
+    if current is not None and float(current.get("as_of", 0)) >= manifest.created:
+        return False
+    try:
+        return identity.write_record(cache.root, manifest.engine, "pack",
+                                     as_of=manifest.created)
+    except OSError as exc:
+        log.warning("could not record the pack's engine identity: %s", exc)
+        return False
