@@ -60,6 +60,11 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
     errors.install(app)
     for module in (speech, stored, voice_routes, admin, gpt_sovits, cosyvoice):
         app.include_router(module.router)
+    # -- edge nodes and packs (issue 14): /v1/packs routes, identity record, edge fallback --
+    from .packs import install as install_packs
+
+    install_packs(app)
+    # -- end of edge nodes and packs --
     app.add_middleware(BodyLimit, options=options)
     app.add_middleware(StoredAudioFastPath)  # outermost: memory hits skip everything else
     app.add_middleware(AccessLog, enabled=options.access_log)  # sees the fast path's answers too

@@ -8,6 +8,7 @@ the server once. Kinds:
 - ``cosyvoice``: CosyVoice's FastAPI server (``/inference_*``, raw PCM)
 - ``openai``: any OpenAI-compatible ``/v1/audio/speech`` server
 - ``piper-http``: Piper's own server (``python -m piper.http_server``)
+- ``voxcache``: a central voxcache — this node becomes its edge (``upstream.voxcache``)
 
 Each module is imported only when its kind is used.
 """
@@ -27,6 +28,7 @@ KINDS = {
     "cosyvoice": ("cosyvoice", "CosyVoiceEngine"),
     "openai": ("openai", "OpenAISpeechEngine"),
     "piper-http": ("piper_http", "PiperHttpEngine"),
+    "voxcache": ("voxcache", "VoxcacheEdgeEngine"),  # edge nodes (issue 14)
 }
 
 __all__ = ["KINDS", "UpstreamEngine", "load_upstream", "parse_upstream"]
