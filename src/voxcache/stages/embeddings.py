@@ -58,7 +58,9 @@ class SpeakerEncoder:
     def embed(self, samples: np.ndarray, sample_rate: int) -> np.ndarray:
         """The (256,) float32 embedding of mono float samples; refuses a clip without
         enough speech (resemblyzer trims long silences first)."""
-        speech = self._preprocess(np.asarray(samples, dtype=np.float32), source_sr=sample_rate)
+        samples = np.asarray(samples, dtype=np.float32)
+        audible = samples.size and float(np.abs(samples).max()) > 1e-4
+        speech = self._preprocess(samples, source_sr=sample_rate) if audible else samples[:0]
         if len(speech) < MIN_SPEECH_SECONDS * 16000:
             raise BadReferenceAudio(
                 f"the reference clip holds {len(speech) / 16000:.2f} s of speech after "

@@ -16,8 +16,11 @@ recomputes them whenever their paths change; they are not cached here).
 
 The raw reference samples ``prompt_cache`` also holds (``raw_audio``/``raw_sr``,
 for v3/v4 vocoders) are never stored: they are the clip itself. They are set from
-the clip already read for the fingerprint, which keeps privacy mode's promise that
-the cache holds derived artifacts only.
+the clip already read for the fingerprint. v2Pro's ``refer_spec`` carries the clip
+resampled to 16 kHz beside the spectrogram, so for v2Pro the spectrogram is not
+stored either: ``_get_ref_spec`` (an STFT and a resample, milliseconds) runs on
+each load and only the network outputs and text features are cached. That keeps
+privacy mode's promise that the cache holds derived artifacts only.
 """
 
 from __future__ import annotations
@@ -94,14 +97,13 @@ class GPTSoVITSPrompts:
         """The engine's own extraction, as ``run`` would do it."""
         self.extractions += 1
         tts._set_prompt_semantic(ref_audio_path)
-        spec, audio16k = tts._get_ref_spec(ref_audio_path)
         phones, bert_features, norm_text = \
             tts.text_preprocessor.segment_and_extract_feature_for_text(
                 text, prompt_lang, tts.configs.version)
-        arrays = {"prompt_semantic": tts.prompt_cache["prompt_semantic"], "refer_spec": spec,
+        arrays = {"prompt_semantic": tts.prompt_cache["prompt_semantic"],
                   "phones": np.asarray(phones, dtype=np.int64), "bert_features": bert_features}
-        if audio16k is not None:  # v2Pro's speaker-verification input
-            arrays["refer_audio16k"] = audio16k
+        if not tts.is_v2pro:  # v2Pro's refer_spec holds the clip itself (16 kHz)
+            arrays["refer_spec"] = tts._get_ref_spec(ref_audio_path)[0]
         return Artifact(arrays, {"norm_text": norm_text})
 
 
@@ -116,11 +118,14 @@ def _install(tts: Any, result: StageResult, path: str, text: str, lang: str,
     def tensor(name: str) -> torch.Tensor:
         return torch.from_numpy(arrays[name].copy()).to(device)
 
-    audio16k = tensor("refer_audio16k") if "refer_audio16k" in arrays else None
+    if "refer_spec" in arrays:
+        refer_spec = (tensor("refer_spec"), None)
+    else:  # v2Pro: recomputed from the clip, never stored
+        refer_spec = tuple(tts._get_ref_spec(path))
     cache = tts.prompt_cache
     cache["ref_audio_path"] = path
     cache["prompt_semantic"] = tensor("prompt_semantic")
-    cache["refer_spec"] = [(tensor("refer_spec"), audio16k)]
+    cache["refer_spec"] = [refer_spec]
     cache["aux_ref_audio_paths"] = []  # run recomputes auxiliary references itself
     cache["prompt_text"] = text
     cache["prompt_lang"] = lang
