@@ -189,9 +189,11 @@ class RedisClusterServers:
                       f"cluster state on {node!r}")
 
     def node_for(self, redis_key: str) -> RedisServer:
-        """The running master serving the slot of ``redis_key``."""
-        slot = int(self.nodes[0].cli("CLUSTER", "KEYSLOT", redis_key))
-        for line in self.nodes[0].cli("CLUSTER", "NODES").splitlines():
+        """The running master serving the slot of ``redis_key`` (as the first running node
+        sees it: after a failover, other nodes may learn of it a moment later)."""
+        probe = next(node for node in self.nodes if node.running)
+        slot = int(probe.cli("CLUSTER", "KEYSLOT", redis_key))
+        for line in probe.cli("CLUSTER", "NODES").splitlines():
             fields = line.split()
             if "master" not in fields[2] or "fail" in fields[2]:
                 continue

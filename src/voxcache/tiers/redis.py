@@ -44,7 +44,12 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 from redis import Redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import RedisCluster
-from redis.exceptions import RedisClusterException, RedisError, ResponseError
+from redis.exceptions import (
+    OutOfMemoryError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+)
 from redis.retry import Retry
 
 from ..entry import CorruptEntry, Entry, blob_entry, decode
@@ -126,7 +131,7 @@ class RedisTier:
 
     @classmethod
     def from_url(cls, url: str, *, object_store: ObjectStore | None = None,
-                 **options: Any) -> RedisTier:
+                 clock: Callable[[], float] = time.time, **options: Any) -> RedisTier:
         """A tier for ``redis://host:port/db``, ``rediss://…`` (TLS) or
         ``redis+cluster://host:port`` (any node of a Redis Cluster; ``rediss+cluster`` with
         TLS). Query parameters (or keyword options, which win) set ``prefix``,
@@ -144,20 +149,32 @@ class RedisTier:
                 return RedisCluster.from_url(target, **client_options)
             return Redis.from_url(target, **client_options)
 
-        return cls(connect, url=url, object_store=object_store, **settings)
+        return cls(connect, url=url, object_store=object_store, clock=clock, **settings)
 
     # -- reads ---------------------------------------------------------------------
     def get(self, key: str, kind: str = "audio") -> Entry | None:
         """The verified, unexpired entry (following a pointer to the object tier), or None."""
-        if not valid_name(key, kind) or kind == POINTER_KIND:
-            self.counters.count("refused_names")
+        if self._refused(key, kind):
             return None
         name = self.keys.entry(key, kind)
         with self._remote("read"):
-            value = self._connection().get(name)
+            try:
+                value = self._connection().get(name)
+            except ResponseError as exc:
+                if not str(exc).startswith("WRONGTYPE"):
+                    raise
+                self._drop_foreign(name)
+                value = None
         entry = None if value is None else self._verified(name, value, key, kind)
         self.counters.count("misses" if entry is None else "hits")
         return entry
+
+    def _refused(self, key: str, kind: str) -> bool:
+        """True (and counted) for a name voxcache never makes: nothing is sent for it."""
+        if valid_name(key, kind) and kind != POINTER_KIND:
+            return False
+        self.counters.count("refused_names")
+        return True
 
     def _verified(self, name: str, value: bytes, key: str, kind: str) -> Entry | None:
         try:
@@ -206,7 +223,7 @@ class RedisTier:
 
     def contains(self, key: str, kind: str = "audio") -> bool:
         """Whether a value sits under the entry's Redis key (unverified)."""
-        if not valid_name(key, kind):
+        if not valid_name(key, kind) or kind == POINTER_KIND:
             return False
         with self._remote("existence check"):
             return bool(self._connection().exists(self.keys.entry(key, kind)))
@@ -218,8 +235,7 @@ class RedisTier:
         object tier, or Redis is full. Pins are not kept here: Redis is a cache that
         evicts (``allkeys-lfu``); pins live with the local tiers."""
         key, kind = entry.header.key, entry.header.kind
-        if not valid_name(key, kind) or kind == POINTER_KIND:
-            self.counters.count("refused_names")
+        if self._refused(key, kind):
             return False
         ttl_ms = self._ttl_ms(entry.header.expires)
         if ttl_ms is not None and ttl_ms <= 0:
@@ -246,10 +262,14 @@ class RedisTier:
         client = self._connection()
         with self._remote("write"):
             try:
-                old = client.set(name, value, nx=True, px=ttl_ms, get=True)
-            except ResponseError as exc:
-                if not str(exc).startswith("OOM"):
-                    raise
+                try:
+                    old = client.set(name, value, nx=True, px=ttl_ms, get=True)
+                except ResponseError as exc:
+                    if not str(exc).startswith("WRONGTYPE"):
+                        raise
+                    self._drop_foreign(name)
+                    old = client.set(name, value, nx=True, px=ttl_ms, get=True)
+            except OutOfMemoryError as exc:
                 self.faults.report("full", exc, "Redis is full and does not evict (set "
                                    "maxmemory-policy allkeys-lfu); a take was not shared")
                 return False
@@ -301,6 +321,13 @@ class RedisTier:
                                     hashlib.sha1(value).hexdigest())
         except (RedisError, RedisClusterException) as exc:
             self.faults.report("discard", exc, f"could not remove a bad value at {name}")
+
+    def _drop_foreign(self, name: str) -> None:
+        """A hash, list or set sits where an entry belongs (nothing voxcache writes): a miss,
+        counted, and removed so the key can be stored again."""
+        self.counters.count("corruptions")
+        log.warning("redis tier: dropped %s: not a string value", name)
+        self._connection().delete(name)
 
     def _ttl_ms(self, expires: float | None) -> int | None:
         """Milliseconds left before ``expires`` (None: no expiry)."""
