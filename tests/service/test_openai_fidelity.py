@@ -240,21 +240,31 @@ def test_sse_wav_deltas_concatenate_to_one_wav(tone_server) -> None:
 
 @pytest.mark.parametrize("fmt", ["mp3", "flac", "opus"])
 def test_sse_encoded_formats_concatenate_to_one_file(tone_server, fmt: str) -> None:
+    """A miss: mp3 and opus are sent in pieces as the encoder makes them (mp3 as
+    constant-bitrate frames, which decode whole without the info frame), flac in one
+    delta at the end. A hit: the stored encoding in one delta. Each concatenation decodes
+    as the take, within the codec's padding."""
     live, _ = tone_server
+    text = f"Encoded {fmt} one. Encoded {fmt} two. Encoded {fmt} three."
     with httpx.Client(base_url=live.url, timeout=30) as c:
-        native, rate = native_pcm(c, THREE)
-        bodies = []
-        for _ in range(2):  # a stored take; then again after a fresh render
-            r = c.post("/v1/audio/speech", json={"input": THREE, "response_format": fmt,
-                                                 "stream_format": "sse", "cache": "bypass"
-                                                 if bodies else "use"})
-            deltas = [e for e in sse_events(r.text.splitlines())
-                      if e["type"] == "speech.audio.delta"]
-            bodies.append(b"".join(base64.b64decode(d["audio"]) for d in deltas))
-    for data in bodies:
-        samples, decoded_rate = soundfile.read(io.BytesIO(data), dtype="int16")
+        pieces = {}
+        for expected in ("MISS", "HIT"):
+            r = c.post("/v1/audio/speech", json={"input": text, "response_format": fmt,
+                                                 "stream_format": "sse"})
+            assert r.headers["x-cache"] == expected
+            events = sse_events(r.text.splitlines())
+            assert events[-1]["type"] == "speech.audio.done"
+            pieces[expected] = [base64.b64decode(e["audio"]) for e in events[:-1]]
+        native, rate = native_pcm(c, text)
+    if fmt == "flac":
+        assert len(pieces["MISS"]) == 1
+    else:  # mp3: frames per sentence; opus: its header pages at once, audio pages as filled
+        assert len(pieces["MISS"]) >= {"mp3": 3, "opus": 2}[fmt]
+    assert len(pieces["HIT"]) == 1
+    for expected, parts in pieces.items():
+        samples, decoded_rate = soundfile.read(io.BytesIO(b"".join(parts)), dtype="int16")
         seconds = len(native) / 2 / rate
-        assert abs(len(samples) / decoded_rate - seconds) < 0.1  # codec padding at most
+        assert abs(len(samples) / decoded_rate - seconds) < 0.12, expected  # codec padding
 
 
 def test_sse_done_carries_usage_by_the_documented_measure(tone_server) -> None:

@@ -34,6 +34,7 @@ from ..encoded import encoded as encode_cached
 from ..encoded import key_of, passthrough
 from ..entry import Entry
 from ..formats import WAV_HEADER_BYTES, Format, Resampler, encode, media_type, wav_header
+from ..stream_encode import STREAMS, StreamEncoder
 from .serving import Server, Take
 from .speech_usage import usage
 
@@ -145,11 +146,12 @@ async def _sse(server: Server, take: Take, fmt: Format, first: Audio,
 
     A stored take is its delivered file in one delta (a wav header with the real
     lengths). A take being rendered streams: pcm as resampled samples per chunk, wav as
-    the streaming header then samples; mp3, opus and flac cannot be cut while they
-    are encoded here (libsndfile rewrites their first bytes when the file closes), so
-    they come as one delta once the render is whole.
+    the streaming header then samples, mp3 and opus as the bytes the encoder has made
+    final (``stream_encode``); flac cannot be cut while it is encoded (libsndfile
+    rewrites its STREAMINFO when the file closes), so it comes as one delta once the
+    render is whole.
     """
-    block = first.channels * SAMPLE_WIDTH
+    block, rate = first.channels * SAMPLE_WIDTH, first.sample_rate
     if not take.streaming:
         assert take.entry is not None
         yield _event(b"".join(await delivered(server, take.entry, fmt)))
@@ -160,9 +162,19 @@ async def _sse(server: Server, take: Take, fmt: Format, first: Audio,
             sent += len(data)
             yield _event(data)
         frames = (sent - (WAV_HEADER_BYTES if fmt.name == "wav" else 0)) // block
+    elif fmt.name in STREAMS:
+        encoder, frames = StreamEncoder(fmt, first.sample_rate, first.channels), 0
+        async for chunk in _prepend(first, rest):
+            frames += chunk.frames
+            data = await server.admission.read(encoder.push, chunk)
+            if data:
+                yield _event(data)
+        tail = await server.admission.read(encoder.close)
+        if tail:
+            yield _event(tail)
     else:
         audio = Audio.join([chunk async for chunk in _prepend(first, rest)])
-        frames, rate = audio.frames, audio.sample_rate
+        frames = audio.frames
         yield _event(await server.admission.read(encode, audio, fmt))
     done = {"type": "speech.audio.done", "usage": usage(text, frames, rate)}
     yield f"data: {json.dumps(done)}\n\n".encode()
