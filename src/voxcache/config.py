@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import tomllib
@@ -107,8 +108,16 @@ def _coerce(name: str, value: Any) -> Any:
     if name == "upstream_options":
         return json.loads(value) if isinstance(value, str) else dict(value)
     if name in ("default_ttl", "lock_wait", "upstream_timeout"):
-        return None if value in (None, "", "none") else float(value)
+        return None if value in (None, "", "none") else _seconds(name, value)
     return value
+
+
+def _seconds(name: str, value: Any) -> float:
+    """A positive, finite number of seconds (NaN or Infinity would reach every envelope)."""
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidParameter(f"{name} must be a positive number of seconds, got {value!r}")
+    return seconds
 
 
 def _folders(value: Any) -> tuple[Path, ...]:

@@ -209,3 +209,15 @@ def test_everything_in_a_used_cache_folder_is_private(make_app, tmp_path) -> Non
 def test_unknown_keys_are_404_not_500(make_app, path) -> None:
     app, _ = make_app()
     assert TestClient(app).get(path).status_code == 404
+
+
+@pytest.mark.parametrize("ttl", ["inf", "nan", "-1"])
+def test_a_pin_ttl_must_be_finite_and_positive(make_app, ttl) -> None:
+    """`?ttl=inf` used to write {"until": Infinity} into the pin marker."""
+    app, cached = make_app()
+    client = TestClient(app)
+    key = client.post("/v1/audio/speech", json={"input": "Pin me.", "response_format": "wav"}
+                      ).headers["x-cache-key"]
+    answer = client.put(f"/v1/entries/{key}/pin", params={"ttl": ttl})
+    assert answer.status_code == 400, answer.text
+    assert not cached.cache.disk.is_pinned(key)

@@ -104,7 +104,8 @@ async def delete_entry(key: str, request: Request, tenant: str = Depends(tenant_
 
 @router.put("/v1/entries/{key}/pin", status_code=204, tags=["entries"])
 async def pin_entry(key: str, request: Request, tenant: str = Depends(tenant_of),
-                    ttl: float | None = Query(None, gt=0, description="pinned this long only")
+                    ttl: float | None = Query(None, gt=0, allow_inf_nan=False,
+                                              description="pinned this long only")
                     ) -> Response:
     """Pin one of this tenant's takes: never evicted (for ``ttl`` seconds, when given)."""
     server = await _owned(request, key, tenant)
