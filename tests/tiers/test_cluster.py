@@ -130,3 +130,48 @@ def test_a_cluster_not_up_yet_is_used_once_it_is(tmp_path: Path):
         assert tier.get(entry.header.key).blob == entry.blob
         assert tier.health().state == "ok"
         tier.close()
+
+
+def _marked_failed(node, port: int) -> bool:
+    for line in node.cli("CLUSTER", "NODES").splitlines():
+        fields = line.split()
+        if f":{port}@" in fields[1]:
+            return "fail" in fields[2].split(",")
+    return False
+
+
+def test_a_lost_shard_leaves_the_other_shards_serving(tmp_path: Path, prefix: str):
+    """Three masters, no replicas, ``cluster-require-full-coverage no`` (docs/cluster.md): one
+    master killed costs its own slots only."""
+    with RedisClusterServers(tmp_path, masters=3,
+                             extra=("--cluster-require-full-coverage", "no")) as cluster:
+        tier = RedisTier.from_url(cluster.url, prefix=prefix, timeout=0.3,
+                                  connect_timeout=0.2)
+        entries = [make_audio_entry(100 + i) for i in range(24)]
+        owner = {}
+        for entry in entries:
+            assert tier.put(entry)
+            owner[entry.header.key] = cluster.node_for(tier.keys.entry(entry.header.key,
+                                                                       "audio"))
+        lost = owner[entries[0].header.key]
+        lost.kill()
+        survivors = [node for node in cluster.nodes if node is not lost]
+        for node in survivors:  # wait until the others have marked it failed (not "fail?")
+            deadline = time.monotonic() + 15
+            while not _marked_failed(node, lost.port):
+                assert time.monotonic() < deadline, "the master was never marked failed"
+                time.sleep(0.1)
+        served, missed = 0, 0
+        for entry in entries:
+            try:
+                found = tier.get(entry.header.key)
+            except TierUnavailable:
+                found = None
+            if owner[entry.header.key] is lost:
+                missed += found is None
+            else:
+                assert found is not None and found.blob == entry.blob
+                served += 1
+        assert missed == sum(node is lost for node in owner.values()) >= 1
+        assert served >= 1
+        tier.close()

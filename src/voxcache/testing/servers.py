@@ -164,8 +164,9 @@ class RedisClusterServers:
     """A Redis Cluster of ``masters`` masters (and ``replicas`` replicas each), made with
     ``redis-cli --cluster create`` and ready once every node says ``cluster_state:ok``."""
 
-    def __init__(self, folder: Path, masters: int = 3, replicas: int = 0) -> None:
-        self.nodes = [RedisServer(folder, cluster=True)
+    def __init__(self, folder: Path, masters: int = 3, replicas: int = 0,
+                 extra: tuple[str, ...] = ()) -> None:
+        self.nodes = [RedisServer(folder, cluster=True, extra=extra)
                       for _ in range(masters * (1 + replicas))]
         self.replicas = replicas
 

@@ -64,8 +64,8 @@ POINTER_KIND = "pointer"
 POINTER_TYPE = "application/vnd.voxcache.pointer+json"
 DEFAULT_PREFIX = "vxc:"
 DEFAULT_INLINE_LIMIT = 256 * 1024
-DEFAULT_TIMEOUT = 1.0
-DEFAULT_CONNECT_TIMEOUT = 0.5
+DEFAULT_TIMEOUT = 0.5
+DEFAULT_CONNECT_TIMEOUT = 0.25
 DEFAULT_RETRIES = 1
 SCHEMES = {"redis": ("redis", False), "rediss": ("rediss", False),
            "redis+cluster": ("redis", True), "rediss+cluster": ("rediss", True)}
@@ -145,8 +145,9 @@ class RedisTier:
         }
 
         def connect() -> Redis | RedisCluster:
-            if cluster:
-                return RedisCluster.from_url(target, **client_options)
+            if cluster:  # a lost shard must not take the other shards' slots down with it
+                return RedisCluster.from_url(target, require_full_coverage=False,
+                                             **client_options)
             return Redis.from_url(target, **client_options)
 
         return cls(connect, url=url, object_store=object_store, clock=clock, **settings)
