@@ -95,9 +95,11 @@ def test_routes_answer_raw_pcm_through_the_cache(upstream, cosy, clip) -> None:
     assert (first.headers["X-Cache"], second.headers["X-Cache"]) == ("MISS", "HIT")
     assert first.content == second.content and not first.content.startswith(b"RIFF")
     assert sft.status_code == 200 and calls[-1]["route"] == "sft"
-    assert unknown.status_code == 404 and "nobody" in unknown.json()["detail"]
+    # the upstream knows its speakers: "nobody" is asked for, and its 500 is the gateway's 502
+    assert calls[-1] == {"route": "sft", "tts_text": "你好。", "spk_id": "nobody"}
+    assert unknown.status_code == 502 and "unknown speaker nobody" in unknown.json()["detail"]
     assert no_text.status_code == 400
-    assert len(calls) == 2
+    assert len(calls) == 3
 
 
 def test_routes_refuse_what_an_embedded_engine_cannot_do(cached_piper, clip) -> None:

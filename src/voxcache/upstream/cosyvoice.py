@@ -1,10 +1,11 @@
 """CosyVoice's FastAPI server (``runtime/python/fastapi/server.py``) as an upstream.
 
-The server has one route per mode, each taking form fields, and answers raw
-little-endian int16 mono PCM with no header and no sample rate — the rate is
-the model's (22050 Hz for CosyVoice 1, 24000 Hz for CosyVoice 2/3), so the
-operator states it (``sample_rate``; 24000 by default, the server's default
-model being CosyVoice2-0.5B). The mode follows from the request:
+The server has one route per mode (GET and POST on main, POST only on older
+revisions: the gateway POSTs), each taking form fields, and answers raw
+little-endian int16 mono PCM with no header and no sample rate, streamed as the
+model yields it. The gateway reads that stream as it arrives, so a miss reaches
+its callers while the server is still speaking. The mode follows from the request,
+and exactly the route's fields are sent (the clip as the file ``prompt_wav``):
 
 ============================  ======================================================
 request                       route
@@ -18,14 +19,31 @@ reference + instruct          ``/inference_instruct2`` (tts_text, instruct_text,
 
 The server takes no speed, seed or language (it detects the language and seeds
 itself at random), so those are refused rather than silently dropped, and every
-take is one random sample that the cache then pins. It does not list its
-speakers either: ``voices`` names them (CosyVoice-300M-SFT's seven by
-default). The model directory behind the URL is not reported; set ``revision``.
+take is one random sample that the cache then pins.
+
+**Speakers.** Only the server knows its speakers (the model's ``spk2info``: seven
+for CosyVoice-300M-SFT, none for CosyVoice 2/3 until some are saved) and it has
+no route that lists them, so any ``spk_id`` is passed on (``Speakers``) and the
+server answers for it; ``voices`` only names the ones to list and the default.
+The server itself checks nothing before it streams: an unknown speaker is a
+``KeyError`` inside its generator, a 200 whose body breaks off before any audio,
+which reaches a gateway client as a 502 (no audio, nothing stored). A server or
+proxy that refuses with a 4xx keeps that status through the gateway's routes.
+
+**Revision.** The server reports nothing about itself: not the model directory
+or its version, not the sample rate (main sends no header; older revisions sent
+``X-Custom-Header-sampleRate``), not its speakers. The key's model is therefore
+``cosyvoice|URL|sr=RATE`` plus the operator's label: declare it
+(``--upstream-revision``) and change it whenever other weights are loaded behind
+the URL, or old takes are served as the new model's. The rate is the model's
+(22050 Hz for CosyVoice 1, 24000 Hz for CosyVoice 2/3), stated by the operator as
+``sample_rate`` (24000 by default, the server's default model being
+CosyVoice2-0.5B).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ..audio import Audio
@@ -35,8 +53,38 @@ from .base import UpstreamEngine
 from .decode import pcm_stream
 
 SFT_SPEAKERS = ("中文女", "中文男", "日语男", "粤语女", "英文女", "英文男", "韩语女")
-"""The speakers of CosyVoice-300M-SFT's spk2info (``list_available_spks``)."""
+"""The speakers of CosyVoice-300M-SFT's spk2info (``list_available_spks``): the names
+listed by default, not a limit on what is passed on."""
 DEFAULT_SAMPLE_RATE = 24000
+
+
+class Speakers(Mapping[str, str]):
+    """Speaker names as the gateway sees them: a few declared, any one passed on.
+
+    Looking a name up returns the name itself, so request resolution passes every
+    ``spk_id`` to the server, which is the one that knows its speakers, and the name
+    is in the key as sent. Membership and iteration are the declared names only:
+    those are what ``/v1/voices`` lists and what the other routes treat as the
+    engine's own voices (so an OpenAI voice name such as ``nova`` still means the
+    default speaker there, instead of being sent as a ``spk_id``).
+    """
+
+    def __init__(self, declared: Iterable[str]) -> None:
+        self._declared = tuple(dict.fromkeys(declared))
+
+    def __getitem__(self, name: str) -> str:
+        if not isinstance(name, str) or not name:
+            raise KeyError(name)
+        return name
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._declared
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._declared)
+
+    def __len__(self) -> int:
+        return len(self._declared)
 
 
 def cosyvoice_route(request: ResolvedRequest) -> tuple[str, dict[str, str]]:
@@ -57,7 +105,7 @@ def cosyvoice_route(request: ResolvedRequest) -> tuple[str, dict[str, str]]:
 
 
 class CosyVoiceEngine(UpstreamEngine):
-    """Renders misses on a CosyVoice FastAPI server."""
+    """Renders misses on a CosyVoice FastAPI server, streaming its PCM as it arrives."""
 
     kind = "cosyvoice"
     languages = ("auto",)
@@ -71,7 +119,7 @@ class CosyVoiceEngine(UpstreamEngine):
                  **options: Any) -> None:
         super().__init__(url, **options)
         self.sample_rate = int(sample_rate)
-        self.voices = {name: name for name in voices}
+        self.voices = Speakers(voices)
         self.default_voice = default_voice or (voices[0] if voices else None)
         self.model_revision = self.identity(f"sr={self.sample_rate}")
 
@@ -80,11 +128,13 @@ class CosyVoiceEngine(UpstreamEngine):
         return False
 
     def render(self, request: ResolvedRequest) -> Iterator[Audio]:
-        """POST the form (with the clip as ``prompt_wav``) and read the raw PCM answer."""
+        """POST the route's form (the clip as the file ``prompt_wav``) and yield the PCM
+        as it arrives; a body that breaks off fails the render, so nothing is stored."""
         self.refuse_unhonoured(request)
         route, fields = cosyvoice_route(request)
         files = None
         if request.reference_audio is not None:
-            files = {"prompt_wav": ("prompt.wav", request.reference_audio, "audio/wav")}
+            files = {"prompt_wav": ("prompt_wav", request.reference_audio,
+                                    "application/octet-stream")}
         with self.client.stream("POST", route, data=fields, files=files) as chunks:
             yield from pcm_stream(chunks, self.sample_rate)

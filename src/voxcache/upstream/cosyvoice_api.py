@@ -31,7 +31,8 @@ def _clip(prompt_wav: bytes | None) -> bytes:
 
 
 def inference_sft(tts_text: str, spk_id: str, tenant: str = "default") -> SynthesisRequest:
-    """A built-in speaker: ``spk_id`` names one of the engine's voices."""
+    """A speaker of the model: an upstream CosyVoice is asked for any ``spk_id`` (it is the
+    one that knows its speakers); an embedded engine refuses a name it does not have."""
     if not spk_id:
         raise InvalidParameter("spk_id is required")
     return SynthesisRequest(_text(tts_text), voice=spk_id, tenant=tenant)
@@ -55,7 +56,7 @@ def inference_cross_lingual(tts_text: str, prompt_wav: bytes | None,
 
 def inference_instruct(tts_text: str, spk_id: str, instruct_text: str,
                        tenant: str = "default") -> SynthesisRequest:
-    """A built-in speaker told how to speak (CosyVoice-300M-Instruct)."""
+    """A speaker of the model told how to speak (CosyVoice-300M-Instruct)."""
     if not spk_id:
         raise InvalidParameter("spk_id is required")
     return SynthesisRequest(_text(tts_text), voice=spk_id, instruct=_instruct(instruct_text),
