@@ -11,7 +11,9 @@ The GPT-SoVITS one also fails as the real one does: ``{"message": "tts failed",
 
 from __future__ import annotations
 
+import asyncio
 import io
+import time
 import traceback
 import wave
 from pathlib import Path
@@ -181,3 +183,106 @@ def openai_app(api_key: str = "sk-test", voices: tuple[str, ...] | None = None) 
             return {"voices": [{"id": v, "name": v} for v in voices]}
 
     return app
+
+
+# --- CosyVoice, streaming as server.py on main does -------------------------------------------
+
+COSY_TEAR_TEXT = "tear"
+"""Text that makes ``StreamingCosyVoice`` break its answer off after the first chunk."""
+
+
+class StreamingCosyVoice:
+    """CosyVoice's ``server.py`` as on main, in front of a model that takes its time.
+
+    Every ``/inference_*`` route answers GET and POST with FastAPI ``Form()``/``File()``
+    fields as server.py declares them (so a bad request gets FastAPI's own 422), and
+    streams int16 PCM as ``generate_data`` does: one chunk per model output, the first
+    at once and each next one ``interval`` seconds later. Like the real server it checks
+    nothing before it streams: a ``spk_id`` outside ``speakers`` fails inside the
+    generator (the real one's ``KeyError`` in ``frontend_sft``), so the client gets a
+    200 whose body breaks off before any audio; with ``refuse_unknown_speakers`` it
+    answers 400 ``{"detail"}`` up front instead, as a server or proxy that checks does.
+    ``COSY_TEAR_TEXT`` breaks the body off after the first chunk (a model crash mid-take).
+
+    ``calls`` records each request's route and fields (a clip by its hash and size),
+    ``sent`` the bytes each answer streamed, ``sent_at`` the ``time.monotonic()`` at
+    which each chunk was handed to the server.
+    """
+
+    CHUNK_SECONDS = 0.25
+
+    def __init__(self, interval: float = 1.0, chunks: int = 4,
+                 speakers: tuple[str, ...] = ("中文女", "英文男", "my_clone"),
+                 refuse_unknown_speakers: bool = False) -> None:
+        self.interval = interval
+        self.chunks = chunks
+        self.speakers = speakers
+        self.refuse_unknown_speakers = refuse_unknown_speakers
+        self.calls: list[dict[str, Any]] = []
+        self.sent: list[bytearray] = []
+        self.sent_at: list[list[float]] = []
+        self.app = self._build()
+
+    def _answer(self, route: str, **fields: Any) -> Response:
+        self.calls.append({"route": route, **fields})
+        self.sent.append(bytearray())
+        self.sent_at.append([])
+        speaker = fields.get("spk_id")
+        unknown = speaker is not None and speaker not in self.speakers
+        if unknown and self.refuse_unknown_speakers:
+            return JSONResponse({"detail": f"spk_id {speaker!r} is not a speaker of this "
+                                 f"model; it has {', '.join(self.speakers)}"}, status_code=400)
+        identity = repr(sorted(fields.items()))
+        samples = tone(identity, COSY_RATE, self.CHUNK_SECONDS * self.chunks)
+        return StreamingResponse(self._generate(samples, len(self.calls) - 1, unknown,
+                                                fields["tts_text"] == COSY_TEAR_TEXT))
+
+    async def _generate(self, samples: np.ndarray, call: int, unknown_speaker: bool,
+                        tear: bool):
+        if unknown_speaker:
+            raise KeyError(self.calls[call]["spk_id"])
+        for number, part in enumerate(np.array_split(samples, self.chunks)):
+            if number:
+                await asyncio.sleep(self.interval)
+            if tear and number == 1:
+                raise RuntimeError("the model crashed mid-take")
+            data = part.tobytes()
+            self.sent[call] += data
+            self.sent_at[call].append(time.monotonic())
+            yield data
+
+    def _build(self) -> FastAPI:
+        app = FastAPI()
+
+        def both(path: str):
+            return app.api_route(path, methods=["GET", "POST"])
+
+        async def clip_of(upload: UploadFile) -> str:
+            data = await upload.read()
+            return f"{blake3.blake3(data).hexdigest()}:{len(data)}"
+
+        @both("/inference_sft")
+        async def sft(tts_text: Text, spk_id: Text) -> Response:
+            return self._answer("sft", tts_text=tts_text, spk_id=spk_id)
+
+        @both("/inference_zero_shot")
+        async def zero_shot(tts_text: Text, prompt_text: Text, prompt_wav: Clip) -> Response:
+            return self._answer("zero_shot", tts_text=tts_text, prompt_text=prompt_text,
+                                prompt_wav=await clip_of(prompt_wav))
+
+        @both("/inference_cross_lingual")
+        async def cross_lingual(tts_text: Text, prompt_wav: Clip) -> Response:
+            return self._answer("cross_lingual", tts_text=tts_text,
+                                prompt_wav=await clip_of(prompt_wav))
+
+        @both("/inference_instruct")
+        async def instruct(tts_text: Text, spk_id: Text, instruct_text: Text) -> Response:
+            return self._answer("instruct", tts_text=tts_text, spk_id=spk_id,
+                                instruct_text=instruct_text)
+
+        @both("/inference_instruct2")
+        async def instruct2(tts_text: Text, instruct_text: Text, prompt_wav: Clip) -> Response:
+            return self._answer("instruct2", tts_text=tts_text, instruct_text=instruct_text,
+                                prompt_wav=await clip_of(prompt_wav))
+
+        return app

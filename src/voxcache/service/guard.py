@@ -31,7 +31,10 @@ from .options import ServiceOptions
 from .serving import RENDER_PRIORITY
 
 DEFAULT_TENANT = "default"
-UPLOAD_PATHS = ("/v1/voices",)
+UPLOAD_PATHS = ("/v1/voices", "/inference_zero_shot", "/inference_cross_lingual",
+                "/inference_instruct2")
+"""Routes whose body carries a reference clip (CosyVoice's ``prompt_wav`` too): the upload
+limit, not the JSON body limit."""
 MULTIPART_OVERHEAD = 64 * 1024
 
 

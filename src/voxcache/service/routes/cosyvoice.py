@@ -1,30 +1,88 @@
 """CosyVoice-compatible ``/inference_*`` routes, as its FastAPI server serves them.
 
-Same routes (GET and POST, like the server), same form fields (``prompt_wav``
-as a file upload), same answer: raw little-endian int16 mono PCM with no
-header and no media type, streamed in chunks. A CosyVoice client assumes the
-model's rate (22050 or 24000 Hz), so the rate is also sent as
-``X-Sample-Rate`` (and as ``X-Custom-Header-sampleRate``, which some
-CosyVoice forks send). Errors are FastAPI's ``{"detail": …}``, as the server's.
+Written against ``runtime/python/fastapi/server.py`` (main), so its ``client.py``
+works unchanged:
+
+- Same routes, each registered for GET and POST; same form fields
+  (``prompt_wav`` a file upload). A clip may be as large as a ``/v1/voices``
+  upload (``max_upload_bytes``, 10 MB): the server itself has no limit.
+- Same answer: raw little-endian int16 mono PCM, no header, no media type, sent
+  as it is produced. A miss streams chunk by chunk as the engine (or the
+  upstream CosyVoice) yields it, and every other caller of the same key follows
+  the same render live (``X-Cache: JOINED``); a hit is sent at once. A take that
+  fails after its first chunk is cut off — the connection closes before the
+  chunked body's end — never ended cleanly, and nothing of it is stored.
+- Same errors: what FastAPI itself refuses is answered by FastAPI's own
+  handlers (a missing or empty field: 422 ``{"detail": [{type, loc, msg,
+  input}]}``; an unparsable body: 400 ``{"detail": "…"}``), not reshaped by the
+  service's. What voxcache refuses is ``{"detail": message}`` (the service's
+  ``{"error": …}`` beside it) with the service's status, except that an upstream's
+  4xx keeps its status: a client must not retry what the upstream will refuse again.
+- The model's rate is not in the stream (a client assumes 22050 or 24000 Hz), so it
+  is sent as ``X-Sample-Rate`` and as ``X-Custom-Header-sampleRate``, which older
+  revisions of the server send.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import json
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile
-from fastapi.responses import StreamingResponse
+from fastapi.exception_handlers import (
+    http_exception_handler,
+    request_validation_exception_handler,
+)
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ...errors import InvalidParameter, VoxcacheError
+from ...errors import UpstreamError, VoxcacheError
 from ...request import SynthesisRequest
 from ...upstream import cosyvoice_api as api
+from ..errors import PayloadTooLarge, error_response
 from ..guard import render_priority
-from .compat import error_json, serve, tenant_of
+from ..options import ServiceOptions
+from .compat import Streamed, serve_streamed, tenant_of
 
-router = APIRouter(tags=["cosyvoice"], dependencies=[Depends(render_priority)])
-MAX_PROMPT_BYTES = 32 * 2**20
+ROUTE = "cosyvoice"
+"""The route label of these requests in the service's metrics."""
 STREAM_CHUNK = 64 * 1024
+DEFAULT_MAX_PROMPT_BYTES = ServiceOptions().max_upload_bytes
+"""The clip limit of an app without service options (routers mounted on a library app)."""
+
+
+class _AnswersLikeFastAPI(APIRoute):
+    """A route whose every refusal has the imitated server's shape.
+
+    The service installs app-wide handlers that answer in its own ``{"error"}`` shape
+    with 400 for a validation error; CosyVoice is a plain FastAPI app, so here the
+    framework's refusals go to FastAPI's default handlers and voxcache's own errors
+    (a dependency's 401 included) to ``_refusal``.
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handle = super().get_route_handler()
+
+        async def answer(request: Request) -> Response:
+            try:
+                return await handle(request)
+            except RequestValidationError as exc:
+                response: Response = await request_validation_exception_handler(request, exc)
+            except StarletteHTTPException as exc:
+                response = await http_exception_handler(request, exc)
+            except (VoxcacheError, TimeoutError) as exc:
+                response = _refusal(exc)
+            _count_refusal(request, response.status_code)
+            return response
+
+        return answer
+
+
+router = APIRouter(tags=["cosyvoice"], dependencies=[Depends(render_priority)],
+                   route_class=_AnswersLikeFastAPI)
 
 Tenant = Annotated[str, Depends(tenant_of)]
 Field = Annotated[str, Form()]
@@ -45,8 +103,8 @@ def _get_and_post(path: str) -> Callable[[Callable[..., Any]], Callable[..., Any
 @_get_and_post("/inference_sft")
 async def inference_sft(request: Request, tts_text: Field, spk_id: Field,
                         tenant: Tenant) -> Response:
-    """A built-in speaker."""
-    return await _respond(request, None, lambda _: api.inference_sft(tts_text, spk_id, tenant))
+    """A speaker of the model's ``spk2info``."""
+    return await _respond(request, api.inference_sft(tts_text, spk_id, tenant))
 
 
 @_get_and_post("/inference_zero_shot")
@@ -54,8 +112,8 @@ async def inference_zero_shot(request: Request, tts_text: Field,
                               prompt_text: Field, prompt_wav: Clip,
                               tenant: Tenant) -> Response:
     """Clone a voice from a clip and its transcript."""
-    return await _respond(request, prompt_wav, lambda clip: api.inference_zero_shot(
-        tts_text, prompt_text, clip, tenant))
+    clip = await _read(request, prompt_wav)
+    return await _respond(request, api.inference_zero_shot(tts_text, prompt_text, clip, tenant))
 
 
 @_get_and_post("/inference_cross_lingual")
@@ -63,17 +121,17 @@ async def inference_cross_lingual(request: Request, tts_text: Field,
                                   prompt_wav: Clip,
                                   tenant: Tenant) -> Response:
     """Clone a voice from a clip alone."""
-    return await _respond(request, prompt_wav, lambda clip: api.inference_cross_lingual(
-        tts_text, clip, tenant))
+    clip = await _read(request, prompt_wav)
+    return await _respond(request, api.inference_cross_lingual(tts_text, clip, tenant))
 
 
 @_get_and_post("/inference_instruct")
 async def inference_instruct(request: Request, tts_text: Field, spk_id: Field,
                              instruct_text: Field,
                              tenant: Tenant) -> Response:
-    """A built-in speaker with a style instruction."""
-    return await _respond(request, None, lambda _: api.inference_instruct(
-        tts_text, spk_id, instruct_text, tenant))
+    """A speaker of the model's ``spk2info`` with a style instruction."""
+    return await _respond(request, api.inference_instruct(tts_text, spk_id, instruct_text,
+                                                          tenant))
 
 
 @_get_and_post("/inference_instruct2")
@@ -81,33 +139,59 @@ async def inference_instruct2(request: Request, tts_text: Field,
                               instruct_text: Field, prompt_wav: Clip,
                               tenant: Tenant) -> Response:
     """Clone a voice from a clip and follow a style instruction."""
-    return await _respond(request, prompt_wav, lambda clip: api.inference_instruct2(
-        tts_text, instruct_text, clip, tenant))
+    clip = await _read(request, prompt_wav)
+    return await _respond(request, api.inference_instruct2(tts_text, instruct_text, clip,
+                                                           tenant))
 
 
-async def _read(upload: UploadFile | None) -> bytes | None:
-    """The uploaded clip, refused when over the limit."""
-    if upload is None:
-        return None
-    data = await upload.read(MAX_PROMPT_BYTES + 1)
-    if len(data) > MAX_PROMPT_BYTES:
-        raise InvalidParameter(f"prompt_wav is over {MAX_PROMPT_BYTES} bytes; trim the clip")
+async def _read(request: Request, upload: UploadFile) -> bytes:
+    """The uploaded clip, refused (413) over the service's upload limit."""
+    options = getattr(request.app.state, "options", None)
+    limit = options.max_upload_bytes if options is not None else DEFAULT_MAX_PROMPT_BYTES
+    data = await upload.read(limit + 1)
+    if len(data) > limit:
+        raise PayloadTooLarge(f"prompt_wav is over the upload limit of {limit} bytes; "
+                              "trim the clip")
     return data
 
 
-async def _respond(request: Request, upload: UploadFile | None,
-                   build: Callable[[bytes | None], SynthesisRequest]) -> Response:
-    """Map the form, serve it, and answer raw PCM in chunks (errors as ``{"detail"}``)."""
-    try:
-        core = build(await _read(upload))
-        served = await serve(request, core, "cosyvoice")
-    except VoxcacheError as exc:
-        return error_json(exc, "detail")
-    rate = str(served.audio.sample_rate)
-    headers = {**served.headers, "X-Sample-Rate": rate, "X-Custom-Header-sampleRate": rate}
-    return StreamingResponse(_chunks(served.audio.pcm), headers=headers)
+async def _respond(request: Request, core: SynthesisRequest) -> Response:
+    """Serve ``core`` and answer raw PCM as it is rendered (see the module docstring)."""
+    streamed = await serve_streamed(request, core, ROUTE)
+    rate = str(streamed.first.sample_rate)
+    headers = {**streamed.headers, "X-Sample-Rate": rate, "X-Custom-Header-sampleRate": rate}
+    return StreamingResponse(_pcm(streamed), headers=headers)
 
 
-def _chunks(pcm: bytes) -> Iterator[bytes]:
-    for start in range(0, len(pcm), STREAM_CHUNK):
-        yield pcm[start:start + STREAM_CHUNK]
+async def _pcm(streamed: Streamed) -> AsyncIterator[bytes]:
+    """The take's PCM, each chunk as it exists (a stored one in pieces of STREAM_CHUNK).
+
+    A failure of the render raises here, after the status went out: the server then
+    closes the connection mid-body, which is how the client learns the take is torn.
+    """
+    async for chunk in streamed.chunks():
+        pcm = chunk.pcm
+        for start in range(0, len(pcm), STREAM_CHUNK):
+            yield pcm[start:start + STREAM_CHUNK]
+
+
+def _refusal(exc: VoxcacheError | TimeoutError) -> JSONResponse:
+    """voxcache's refusal as a FastAPI app gives it (``{"detail": message}``), with the
+    service's status, headers and ``{"error": …}`` body; an upstream's 4xx keeps its status."""
+    service = error_response(exc)
+    body = json.loads(bytes(service.body))
+    body["detail"] = body["error"]["message"]
+    status = service.status_code
+    if isinstance(exc, UpstreamError) and 400 <= (exc.upstream_status or 0) < 500:
+        status = exc.upstream_status
+        body["error"]["type"] = "invalid_request_error"
+    headers = {k: v for k, v in service.headers.items()
+               if k.lower() in ("retry-after", "www-authenticate")}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _count_refusal(request: Request, status: int) -> None:
+    """Count a refused request under this route's label, as the service counts its own."""
+    server = getattr(request.app.state, "server", None)
+    if server is not None:
+        server.metrics.request(ROUTE, "ERROR", status)
