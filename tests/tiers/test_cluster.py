@@ -175,3 +175,15 @@ def test_a_lost_shard_leaves_the_other_shards_serving(tmp_path: Path, prefix: st
         assert missed == sum(node is lost for node in owner.values()) >= 1
         assert served >= 1
         tier.close()
+
+
+def test_delete_of_every_kind_finds_them_on_their_node(redis_cluster: RedisClusterServers,
+                                                       prefix: str):
+    tier = RedisTier.from_url(redis_cluster.url, prefix=prefix)
+    audio, encoded = make_audio_entry(5), make_blob_entry(5)
+    assert tier.put(audio) and tier.put(encoded)
+    assert tier.delete(audio.header.key, None) is True  # a SCAN over every master
+    assert tier.get(audio.header.key) is None
+    assert tier.get(audio.header.key, "encoded") is None
+    assert tier.delete(audio.header.key, None) is False
+    tier.close()
