@@ -83,9 +83,13 @@ class UpstreamError(EngineError):
 
     status = 502
 
-    def __init__(self, message: str, upstream_status: int | None = None) -> None:
+    def __init__(self, message: str, upstream_status: int | None = None,
+                 upstream_reply: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.upstream_status = upstream_status
+        self.upstream_reply = upstream_reply or {}
+        """The string fields of the upstream's JSON error body, scrubbed (``redact``), for a
+        route that answers in the upstream's own shape (api_v2's ``message``/``Exception``)."""
 
 
 class Overloaded(VoxcacheError):

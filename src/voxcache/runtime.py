@@ -31,7 +31,11 @@ def open_cached_engine(settings: Settings, cache: Cache | None = None) -> Cached
     engine = load_configured_engine(settings)
     from .segments import enabled
 
-    return CachedEngine(engine, cache or open_cache(settings), lock_wait=settings.lock_wait,
+    cache = cache or open_cache(settings)
+    attach = getattr(engine, "attach", None)
+    if attach is not None:  # an upstream: the revision in force recorded in the cache folder
+        attach(cache)
+    return CachedEngine(engine, cache, lock_wait=settings.lock_wait,
                         max_text_chars=settings.max_text_chars,
                         segments=enabled(settings.segments, engine),
                         seed_policy=settings.seed_policy, model_policy=settings.model_policy)

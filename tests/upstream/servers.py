@@ -7,6 +7,7 @@ or thread listening on 127.0.0.1, exactly as it would to a production upstream.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import socket
 import subprocess
@@ -112,3 +113,59 @@ def piper_http_server(log_dir: Path) -> Iterator[PiperHttpServer]:
         yield server
     finally:
         server.stop()
+
+
+def answers(url: str, path: str = "/openapi.json") -> bool:
+    """Whether a server at ``url`` answers HTTP at all (any status)."""
+    try:
+        httpx.get(f"{url}{path}", timeout=2)
+        return True
+    except httpx.HTTPError:
+        return False
+
+
+@contextlib.contextmanager
+def api_v2_process(root: Path, config: Path, interval: float = 0.0) -> Iterator[str]:
+    """The ``standins.ApiV2`` GPT-SoVITS stand-in as its own process (so that
+    ``/control?command=restart`` can re-execute it, as api_v2 does); yields its URL."""
+    port = free_port()
+    repo = Path(__file__).resolve().parents[2]
+    log = (root.parent / f"api-v2-{port}.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.upstream.standins", str(root), str(config), str(port),
+         str(interval)], cwd=repo, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: process.poll() is None and answers(url), what="api_v2 stand-in")
+        yield url
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(15)
+        log.close()
+
+
+@contextlib.contextmanager
+def voxcache_serve(cache_dir: Path, upstream: str, *args: str,
+                   env: dict[str, str] | None = None) -> Iterator[tuple[str, Path]]:
+    """``voxcache serve --upstream UPSTREAM`` as a real process; yields its URL and log file
+    once ``/readyz`` answers."""
+    port = free_port()
+    log_path = cache_dir.parent / f"serve-{port}.log"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "voxcache", "--cache-dir", str(cache_dir), "serve",
+             "--port", str(port), "--upstream", upstream, *args],
+            env={**clean, **(env or {})}, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        def ready() -> bool:
+            assert process.poll() is None, log_path.read_text()
+            return answers(url, "/readyz")
+
+        wait_until(ready, what="voxcache serve")
+        yield url, log_path
+    finally:
+        process.terminate()
+        process.wait(30)

@@ -84,8 +84,9 @@ def test_upstream_down_fails_misses_while_hits_keep_working(tmp_path, cache: Cac
                              timeout=60)
             assert hit.status_code == 200 and hit.headers["X-Cache"] == "HIT"
             assert hit.content == warm.content
-            assert miss.status_code == 502
-            assert "unreachable" in miss.json()["message"]
+            assert miss.status_code == 502  # api_v2's shape for a failed render
+            assert miss.json()["message"] == "tts failed"
+            assert "unreachable" in miss.json()["Exception"]
             with pytest.raises(UpstreamError) as caught:
                 cached.synthesize(SynthesisRequest("Doors opening."))
             assert caught.value.upstream_status is None

@@ -72,7 +72,8 @@ def as_tenant(tenant: str) -> dict[str, str]:
 
 def tts(url: str, path: str, headers: dict[str, str] | None = None,
         **fields: object) -> httpx.Response:
-    body = json.dumps({"text": "Platform two.", "ref_audio_path": path, **fields})  # \ud800 too
+    body = json.dumps({"text": "Platform two.", "text_lang": "en", "prompt_lang": "en",
+                       "ref_audio_path": path, **fields})  # \ud800 too
     return httpx.post(f"{url}/tts", content=body, timeout=15,
                       headers={"content-type": "application/json", **(headers or {})})
 
@@ -271,7 +272,8 @@ def test_cloning_from_a_path_in_a_root_is_the_clip_itself(tree, tmp_path, monkey
             "reference_audio": base64.b64encode((tree["root"] / "voice.wav").read_bytes())
             .decode()})
         other = tts(url, "other.wav", prompt_text="Hello there.")
-        plain = httpx.post(f"{url}/tts", json={"text": "Platform two."}, timeout=15)
+        plain = httpx.post(f"{url}/tts", json={"text": "Platform two.", "text_lang": "en"},
+                           timeout=15)
     cached.cache.close()
     assert by_path.status_code == 200, by_path.text
     assert (by_path.headers["X-Cache"], inline.headers["X-Cache"]) == ("MISS", "HIT")
@@ -304,8 +306,8 @@ def test_tts_text_fields_must_be_strings(cached_tone, field, value, kind) -> Non
     """api_v2 types these as str: ``str(["Platform", "two."])`` used to be spoken."""
     app = create_app(load_settings(cache_dir=cached_tone.cache.root), cached=cached_tone)
     with serve_app(app) as url:
-        answer = httpx.post(f"{url}/tts", json={"text": "Platform two.", field: value},
-                            timeout=15)
+        answer = httpx.post(f"{url}/tts", timeout=15, json={
+            "text": "Platform two.", "text_lang": "en", field: value})
     assert answer.status_code == 400, answer.text
     assert answer.json()["message"] == f"{field} must be a string, got {kind}"
     assert cached_tone.engine.calls == []
@@ -447,7 +449,8 @@ def test_piper_end_to_end_path_rules_come_first(piper, tree, tmp_path) -> None:
     probe = tree["root"] / "probe.wav"
     opened: list[str] = []
     with serve_app(create_app(settings, cached=cached)) as url:
-        spoken = httpx.post(f"{url}/tts", json={"text": "Platform two."}, timeout=60)
+        spoken = httpx.post(f"{url}/tts", json={"text": "Platform two.", "text_lang": "en"},
+                            timeout=60)
         with watching_opens(lambda path: opened.append(os.path.realpath(path))):
             missing = tts(url, "probe.wav")
             probe.symlink_to("/etc/passwd")

@@ -7,12 +7,14 @@ log shows which requests reached it.
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
 
 import httpx
 import pytest
+import soundfile
 
 from voxcache import Cache, CachedEngine
 from voxcache.config import Settings
@@ -43,26 +45,32 @@ def test_service_gateway_hits_skip_the_upstream_and_survive_it(tmp_path) -> None
                              data={"tts_text": "Platform three.", "spk_id": "en_US-joe-medium"},
                              timeout=60)
             upstream.wait_for_syntheses(2)
-            refreshed = httpx.get(f"{gateway}/tts", params={"text": "Platform two."},
+            refreshed = httpx.get(f"{gateway}/tts", params={"text": "Platform two.",
+                                                            "text_lang": "en"},
                                   headers={"X-Cache-Mode": "refresh"}, timeout=60)
             upstream.wait_for_syntheses(3)
-            bad_mode = httpx.get(f"{gateway}/tts", params={"text": "Platform two."},
+            bad_mode = httpx.get(f"{gateway}/tts", params={"text": "Platform two.",
+                                                           "text_lang": "en"},
                                  headers={"X-Cache-Mode": "sometimes"})
             upstream.stop()
             hit = httpx.get(f"{gateway}/tts", params={"text": "Platform two.",
                                                       "text_lang": "en"}, timeout=60)
             miss = httpx.post(f"{gateway}/v1/audio/speech",
                               json={**speech, "input": "Platform four."}, timeout=60)
-            tts_miss = httpx.get(f"{gateway}/tts", params={"text": "Platform four."})
+            tts_miss = httpx.get(f"{gateway}/tts", params={"text": "Platform four.",
+                                                           "text_lang": "en"})
     cache.close()
     assert [r.status_code for r in (first, second, tts, sft, hit)] == [200] * 5
     assert [r.headers["X-Cache"] for r in (first, second, tts, sft, hit)] == [
         "MISS", "HIT", "HIT", "MISS", "HIT"]
-    assert tts.content == first.content
+    # the same take: /tts sends api_v2's plain 44-byte-header WAV of the stored samples
+    assert tts.content[:4] == b"RIFF" and tts.content[36:40] == b"data"
+    assert tts.content[44:] == soundfile.read(io.BytesIO(first.content), dtype="int16")[0
+                                              ].tobytes()
     assert refreshed.status_code == 200 and refreshed.headers["X-Cache"] == "MISS"
     assert bad_mode.status_code == 400 and "X-Cache-Mode" in bad_mode.json()["message"]
     assert miss.status_code == 502 and "unreachable" in miss.text
-    assert tts_miss.status_code == 502 and "unreachable" in tts_miss.json()["message"]
+    assert tts_miss.status_code == 502 and "unreachable" in tts_miss.json()["Exception"]
 
 
 def test_voxcache_serve_upstream_flag_with_two_workers(tmp_path) -> None:

@@ -25,7 +25,7 @@ from .fastpath import StoredAudioFastPath
 from .guard import BodyLimit
 from .metrics import Metrics
 from .options import ServiceOptions, service_options
-from .routes import cosyvoice, gpt_sovits
+from .routes import cosyvoice, gpt_sovits, gpt_sovits_control
 from .serving import Server
 from .voices import VoiceStore
 
@@ -58,7 +58,8 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
     app.state.server = server
     app.state.voices = VoiceStore(settings.cache_dir / "voices", options.max_upload_seconds)
     errors.install(app)
-    for module in (speech, stored, voice_routes, admin, gpt_sovits, cosyvoice):
+    for module in (speech, stored, voice_routes, admin, gpt_sovits, gpt_sovits_control,
+                   cosyvoice):
         app.include_router(module.router)
     # -- edge nodes and packs (issue 14): /v1/packs routes, identity record, edge fallback --
     from .packs import install as install_packs

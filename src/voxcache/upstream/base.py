@@ -8,17 +8,36 @@ loaded behind GPT-SoVITS' URL, a CosyVoice model directory, Piper's
 changes the model behind the same URL must change ``revision`` (``--upstream
 gpt-sovits=URL`` with ``VOXCACHE_UPSTREAM_REVISION=v2pro-2026-03``), otherwise
 the old takes keep being served as if nothing changed.
+
+What a gateway *does* see is a switch proxied through it (GPT-SoVITS
+``/set_gpt_weights``): the weights it put in force (``in_force``) are part of
+the revision, recorded in the cache folder and shared by every process on it
+(``voxcache.upstream.revision``; ``attach`` loads it). A kind whose server
+cannot be asked about its model, with neither a label nor a recorded switch,
+is warned about loudly at start.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ..engine import Engine
 from ..errors import InvalidParameter, UnsupportedFeature
 from ..request import ResolvedRequest
 from .http import DEFAULT_READ_TIMEOUT, DEFAULT_RETRIES, UpstreamClient
+
+if TYPE_CHECKING:
+    from ..cache import Cache
+    from .revision import Switchboard
+
+log = logging.getLogger("voxcache.upstream")
+
+MODEL_SILENT_KINDS = frozenset({"gpt-sovits", "cosyvoice"})
+"""Kinds whose servers say nothing about the weights they run (piper-http reports its voice
+and config, an OpenAI-compatible server is told its ``model`` in every request)."""
 
 
 def check_url(url: str) -> str:
@@ -38,6 +57,8 @@ class UpstreamEngine(Engine):
     """An engine that renders by calling a TTS server over HTTP."""
 
     kind = "upstream"
+    switchboard: Switchboard | None = None
+    """The switch state shared through the cache folder, once ``attach``-ed."""
 
     def __init__(self, url: str, *, revision: str | None = None,
                  timeout: float = DEFAULT_READ_TIMEOUT, retries: int = DEFAULT_RETRIES,
@@ -45,9 +66,48 @@ class UpstreamEngine(Engine):
         self.url = check_url(url)
         self.id = self.kind
         self.revision_label = revision
+        self.in_force: dict[str, str] = {}
+        """What proxied switches put in force (e.g. ``gpt``/``sovits`` weights paths)."""
         self.client = UpstreamClient(self.url, timeout=timeout, retries=retries,
                                      headers=headers)
         self.model_revision = self.identity()
+
+    @property  # type: ignore[override]
+    def model_revision(self) -> str:
+        """The revision in force: the upstream's identity plus what switches put in force."""
+        return self._revision
+
+    @model_revision.setter
+    def model_revision(self, identity: str) -> None:
+        self._identity = identity
+        self._revision = _with_switches(identity, self.in_force)
+
+    def put_in_force(self, switched: Mapping[str, str]) -> None:
+        """A switch (here or in another process) changed what the upstream renders with."""
+        self.in_force = dict(switched)
+        self._revision = _with_switches(self._identity, self.in_force)
+
+    @property
+    def reports_model(self) -> bool:
+        """Whether the gateway can learn from the server itself which model renders."""
+        return self.kind not in MODEL_SILENT_KINDS
+
+    def attach(self, cache: Cache) -> None:
+        """Put the switch state recorded in ``cache``'s folder in force, follow the other
+        processes' switches, and warn loudly when nothing says which model renders."""
+        if self.switchboard is not None:
+            return
+        from .revision import Switchboard
+
+        self.switchboard = Switchboard(cache, self)
+        if not (self.reports_model or self.revision_label or self.switchboard.known):
+            log.warning(
+                "UPSTREAM REVISION UNKNOWN: %s at %s cannot say which weights it runs, and "
+                "neither --upstream-revision (upstream_revision) nor a switch proxied through "
+                "this gateway names them. If its model is changed behind the gateway's back, "
+                "takes of the old model will be served as the new one's. Set "
+                "--upstream-revision to a label of the model and change it with the model, "
+                "or switch weights through this gateway.", self.kind, self.url)
 
     def identity(self, *reported: Any) -> str:
         """Kind, URL, what the upstream reports, and the operator's label — the key's model."""
@@ -72,3 +132,8 @@ class UpstreamEngine(Engine):
     def describe(self) -> dict[str, object]:
         """The engine summary plus where it forwards misses."""
         return {**super().describe(), "upstream": {"kind": self.kind, "url": self.url}}
+
+
+def _with_switches(identity: str, in_force: Mapping[str, str]) -> str:
+    """``identity|name=value…`` in name order (nothing appended before any switch)."""
+    return "|".join([identity, *(f"{k}={in_force[k]}" for k in sorted(in_force))])

@@ -24,6 +24,22 @@ matter). The ids are computed by :func:`reference_params` (the ``/tts`` route
 calls it) and checked again just before rendering, so a request whose id does
 not match the file on disk is refused rather than stored under the wrong key.
 
+GPT-SoVITS keeps one reference loaded, keyed by its path *string*: a clip
+replaced in place keeps being rendered with the old voice until that path is
+loaded again. So before a render the gateway makes sure the upstream has the
+clip's current content: a record in the cache folder (shared by every process
+on it) says which content each upstream path had when the gateway last had it
+loaded, and a path whose content differs is reloaded first
+(``GET /set_refer_audio``). Auxiliary clips are cached by the *set* of their
+paths and nothing but another set reloads them, so a request whose aux clips
+changed in place under the same paths is refused (rename the clip, or restart
+the upstream through the gateway: ``/control?command=restart`` empties its
+caches).
+
+Weight switches proxied through the gateway (``/set_gpt_weights`` …, see
+``gpt_sovits_switches``) change the revision in force; every render holds the
+switchboard's fence (``upstream.revision``), so none overlaps a switch.
+
 Uploaded voices (raw bytes, e.g. from ``POST /v1/voices``) need a folder both
 sides can reach: with ``ref_dir`` set the gateway writes each clip there once,
 named by its fingerprint, and sends that path (``ref_dir_upstream`` when the
@@ -33,10 +49,13 @@ clone from uploaded audio.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import posixpath
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,12 +63,15 @@ from typing import Any
 import blake3
 
 from ..audio import Audio, fingerprint_reference
-from ..errors import BadReferenceAudio, InvalidParameter
+from ..errors import BadReferenceAudio, InvalidParameter, UpstreamError
 from ..params import ParamSpec
 from ..references import DEFAULT_TENANT, ReferenceClip, ReferenceFolders
 from ..request import ResolvedRequest
 from .base import UpstreamEngine
 from .decode import wav_stream
+from .http import error_fields, error_message
+
+log = logging.getLogger("voxcache.upstream")
 
 LANGUAGES = ("auto", "auto_yue", "en", "zh", "ja", "yue", "ko", "all_zh", "all_ja", "all_yue",
              "all_ko")
@@ -57,6 +79,8 @@ LANGUAGES = ("auto", "auto_yue", "en", "zh", "ja", "yue", "ko", "all_zh", "all_j
 SPLIT_METHODS = ("cut0", "cut1", "cut2", "cut3", "cut4", "cut5")
 SEED_LIMIT = 2**32
 """GPT-SoVITS seeds numpy, which takes 0 ≤ seed < 2**32."""
+REFERENCE_RECORD_LIMIT = 4096
+"""Paths remembered as loaded; a forgotten one is merely loaded again."""
 
 
 def _spec(name: str, kind: str, default: Any, doc: str, *, shapes: bool = True,
@@ -169,6 +193,9 @@ class GptSovitsEngine(UpstreamEngine):
                 "clips staged there by path; stage uploads in a folder outside reference_roots")
         self.ref_dir_upstream = ref_dir_upstream or ref_dir
         self.supports_reference = self.ref_dir is not None
+        self._record: dict[str, str] = {}
+        self._record_lock = threading.Lock()
+        self._warned_no_reload = False
 
     def render(self, request: ResolvedRequest) -> Iterator[Audio]:
         """``POST /tts`` and pass its WAV (streamed or not) on as it arrives."""
@@ -186,10 +213,65 @@ class GptSovitsEngine(UpstreamEngine):
             "prompt_lang": p["prompt_lang"] or lang, "speed_factor": request.speed,
             "seed": -1 if request.seed is None else request.seed, "media_type": "wav",
         }
-        with self.client.stream("POST", "/tts", json=body) as chunks:
-            for audio in wav_stream(chunks):
-                self.sample_rate = audio.sample_rate  # the model's rate, known only from answers
-                yield audio
+        fence = (self.switchboard.rendering(request.model_revision)
+                 if self.switchboard is not None else contextlib.nullcontext())
+        with fence:
+            if request.reference_audio is None:
+                self._load_current(ref_path, p["ref_audio_id"], aux, p["aux_ref_audio_ids"])
+            with self.client.stream("POST", "/tts", json=body) as chunks:
+                for audio in wav_stream(chunks):
+                    self.sample_rate = audio.sample_rate  # the model's rate, known from answers
+                    yield audio
+
+    def _load_current(self, path: str, clip: str, aux: list[str], aux_clips: str) -> None:
+        """Make the upstream render from the clips' current content, not what it loaded for
+        the same path strings before (see the module's notes)."""
+        with self._reference_record() as loaded:
+            paths = "aux:" + json.dumps(sorted(set(aux)))
+            if aux and loaded.get(paths, aux_clips) != aux_clips:
+                raise InvalidParameter(
+                    "an aux_ref_audio_paths clip changed in place since GPT-SoVITS loaded it, "
+                    "and it keeps auxiliary clips by their paths; save the new clip under a "
+                    "new name (or have an admin restart the upstream through "
+                    "/control?command=restart)")
+            if loaded.get(path) != clip and not self._reload(path):
+                return  # a server without /set_refer_audio: it alone decides what it reuses
+            for name, content in ((path, clip), (paths, aux_clips)) if aux else ((path, clip),):
+                loaded.pop(name, None)  # re-inserted: the oldest entries go first
+                loaded[name] = content
+            while len(loaded) > REFERENCE_RECORD_LIMIT:
+                loaded.pop(next(iter(loaded)))
+
+    def _reload(self, path: str) -> bool:
+        """``GET /set_refer_audio`` for ``path``; False when the server has no such route."""
+        answer = self.client.exchange("GET", "/set_refer_audio",
+                                      params={"refer_audio_path": path})
+        if answer.status_code in (404, 405):
+            if not self._warned_no_reload:
+                self._warned_no_reload = True
+                log.warning("upstream %s has no /set_refer_audio: a clip replaced in place "
+                            "under the same path may be rendered with its old voice", self.url)
+            return False
+        if answer.status_code != 200:  # e.g. a clip outside GPT-SoVITS' 3-10 s
+            # what /tts itself answers when it fails to load the clip (the URL without its
+            # query: the path is in the upstream's own words, scrubbed)
+            reason = error_fields(answer.content).get("Exception") or error_message(
+                answer.content)
+            raise UpstreamError(f"upstream {self.url}/set_refer_audio answered "
+                                f"{answer.status_code} loading the reference clip: {reason}",
+                                upstream_status=answer.status_code,
+                                upstream_reply={"message": "tts failed", "Exception": reason})
+        return True
+
+    @contextlib.contextmanager
+    def _reference_record(self) -> Iterator[dict[str, str]]:
+        """The shared record once attached to a cache folder; this process's own before."""
+        if self.switchboard is not None:
+            with self.switchboard.references() as loaded:
+                yield loaded
+            return
+        with self._record_lock:
+            yield self._record
 
     def _reference(self, request: ResolvedRequest) -> tuple[str, str, list[str]]:
         """The path, prompt text and aux paths to send, after checking they match the key."""

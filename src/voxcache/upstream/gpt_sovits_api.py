@@ -9,6 +9,15 @@ other engine a field left at api_v2's default is accepted (clients often send
 every field) and any other value is a 400: silently ignoring ``top_k=5`` would
 serve audio rendered with settings the caller did not ask for.
 
+Leniency and refusals follow api_v2's ``check_params``: a field api_v2 does not
+know is ignored (its POST body is a pydantic model, its GET takes named query
+parameters), and the required ones are refused in its order and words —
+``ref_audio_path`` (for an engine that needs a reference: the GPT-SoVITS
+upstream), ``text``, ``text_lang``, then ``prompt_lang``. api_v2 always
+requires ``prompt_lang``, because it always clones; an engine that speaks
+without a reference has no prompt, so there it is required only with a
+``ref_audio_path`` (whose clip it then describes).
+
 ``ref_audio_path`` names a clip in *this* server's reference folders, read only
 through ``voxcache.references`` (refused when the operator configured none,
 tenant-scoped, size-capped). For the GPT-SoVITS upstream the clip is keyed by
@@ -76,18 +85,13 @@ def tts_call(fields: Mapping[str, Any], engine: Engine, tenant: str = "default",
     ``references`` are the folders an embedded engine's ``ref_audio_path`` is read from
     (none: paths refused); the GPT-SoVITS upstream reads through its own, the ones its
     render-time check uses."""
-    given = {k: v for k, v in fields.items() if v is not None}
-    unknown = sorted(set(given) - set(FIELDS))
-    if unknown:
-        raise InvalidParameter(f"/tts does not take {', '.join(unknown)}; it takes: "
-                               f"{', '.join(FIELDS)}")
+    given = {k: v for k, v in fields.items() if v is not None and k in FIELDS}
     for name in STRING_FIELDS:
         if name in given and not isinstance(given[name], str):
             kind = _JSON_KINDS.get(type(given[name]), type(given[name]).__name__)
             raise InvalidParameter(f"{name} must be a string, got {kind}")
-    text = given.get("text")
-    if not text:
-        raise InvalidParameter("text is required")
+    _require(given, engine)
+    text = given["text"]
     media_type = str(given.get("media_type", "wav")).lower()
     if media_type not in MEDIA_TYPES:
         raise InvalidParameter(f"media_type: {media_type} is not supported; "
@@ -104,6 +108,16 @@ def tts_call(fields: Mapping[str, Any], engine: Engine, tenant: str = "default",
         SynthesisRequest(text=text, language=language, speed=_speed(given),
                          seed=_seed(given, engine), params=params, tenant=tenant, **reference),
         media_type, streaming > 0)
+
+
+def _require(given: Mapping[str, Any], engine: Engine) -> None:
+    """api_v2's required fields, in its order and words (see the module's notes)."""
+    clones = "ref_audio_path" in engine.params or bool(given.get("ref_audio_path"))
+    required = (("ref_audio_path",) if "ref_audio_path" in engine.params else ()) + (
+        "text", "text_lang") + (("prompt_lang",) if clones else ())
+    for name in required:
+        if not given.get(name):
+            raise InvalidParameter(f"{name} is required")
 
 
 def _sampling(given: Mapping[str, Any], engine: Engine) -> dict[str, Any]:
@@ -134,8 +148,6 @@ def _reference(given: Mapping[str, Any], engine: Engine, language: str | None,
     if prompt_lang and prompt_lang == language:
         prompt_lang = ""  # one spelling for "same as the text": one key
     if "ref_audio_path" in engine.params:
-        if not path:
-            raise InvalidParameter("ref_audio_path is required")
         # the upstream's own folders: the ones its render-time check reads again
         own = getattr(engine, "references", None) or ReferenceFolders()  # none: refused
         params |= reference_params(own, path, aux, tenant)

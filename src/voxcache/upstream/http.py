@@ -67,6 +67,12 @@ class UpstreamClient:
         self._check(response, method)
         return response
 
+    def exchange(self, method: str, path: str, **kwargs: Any) -> Any:
+        """Send one request and return the whole response whatever its status: a route that
+        proxies an upstream's own endpoint passes its answer on, refusals included.
+        Unreachable, or cut off before an answer: UpstreamError, as for every request."""
+        return self._send(method, path, stream=False, **kwargs)
+
     @contextlib.contextmanager
     def stream(self, method: str, path: str, **kwargs: Any) -> Iterator[Iterator[bytes]]:
         """Send one request and yield its body as it arrives (misses stream to callers early).
@@ -110,6 +116,7 @@ class UpstreamClient:
                 f"upstream {method} {response.url} answered {response.status_code}: "
                 f"{error_message(response.content)}",
                 upstream_status=response.status_code,
+                upstream_reply=error_fields(response.content),
             )
 
     def _read(self, response: Any) -> None:
@@ -168,6 +175,18 @@ def error_message(body: bytes) -> str:
         if parts:
             return _truncate(": ".join(parts))
     return _truncate(text)
+
+
+def error_fields(body: bytes) -> dict[str, str]:
+    """The top-level string fields of a JSON error body, each scrubbed like
+    ``error_message`` ({} for any other shape)."""
+    try:
+        data = json.loads(body.decode("utf-8", errors="replace"))
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): _truncate(v) for k, v in data.items() if isinstance(v, str)}
 
 
 def _html_text(text: str) -> str:

@@ -1,0 +1,138 @@
+"""GPT-SoVITS ``api_v2`` weight and control calls: what each leaves in force on the upstream.
+
+Read from ``api_v2.py`` and ``GPT_SoVITS/TTS_infer_pack/TTS.py`` (main), the
+upstream keeps its weights in three places, and they can disagree:
+
+- **loaded**: what renders now.
+- **configured**: ``TTS_Config`` in memory (``t2s_weights_path``, ``vits_weights_path``).
+- **saved**: the ``tts_infer.yaml`` it was started with; every ``save_configs()``
+  writes *all* of ``configured`` there, and a restart loads what it names.
+
+``/set_gpt_weights`` (``init_t2s_weights``) sets the configured path and saves
+*before* loading: a path that fails to load still lands in the file, while the
+old weights keep rendering. ``/set_sovits_weights`` (``init_vits_weights``) sets
+the configured path, loads, and saves only after a successful load; a failed
+one leaves its path in memory for the next save to write. An empty path is
+refused before anything changes. ``/control?command=restart`` re-executes the
+server with its arguments, so it comes back with the *saved* weights — the last
+ones switched to, not the ones it was first started with (``exit`` too, once the
+operator starts it again). ``/set_refer_audio`` loads a reference clip and
+leaves the weights alone.
+
+The revision in force names each loaded weights file by its name and a hash of
+its path (``gpt=s1v3.ckpt@1a2b3c4d5e6f``): readable in ``voxcache explain``,
+distinct for every path, and without the upstream's folders (``/readyz`` shows
+the revision to anyone).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import blake3
+
+from ..errors import InvalidParameter, UpstreamError
+
+if TYPE_CHECKING:
+    from .gpt_sovits import GptSovitsEngine
+
+WEIGHTS = {"/set_gpt_weights": "gpt", "/set_sovits_weights": "sovits"}
+"""The weight switches, and the name each puts in the revision."""
+SAVES_BEFORE_LOADING = frozenset({"gpt"})
+"""``init_t2s_weights`` writes the config file before loading; ``init_vits_weights`` after."""
+RESTARTS = frozenset({"restart", "exit"})
+"""``/control`` commands after which the upstream (once running again) loads the saved weights."""
+
+ENDPOINTS = ("/set_gpt_weights", "/set_sovits_weights", "/set_refer_audio", "/control")
+"""api_v2's GET endpoints besides /tts, each proxied by the gateway."""
+SWITCH_WAIT = 300.0
+"""Seconds a switch waits for the renders in flight before it gives up (503)."""
+
+State = dict[str, Any]
+
+
+def proxy(engine: GptSovitsEngine, endpoint: str, params: Mapping[str, str]) -> Any:
+    """Send one of api_v2's switch or control calls and keep the revision in force.
+
+    Returns the upstream's response (an ``httpx.Response``), or None when the upstream
+    dropped the connection because it restarted (api_v2 re-executes itself before it
+    answers ``restart``). The engine must be attached to a cache folder: the switch is
+    recorded there for every process and every restart of voxcache."""
+    board = engine.switchboard
+    if board is None:
+        raise InvalidParameter("attach the engine to a cache folder before switching weights")
+    if endpoint == "/set_refer_audio":
+        answer = engine.client.exchange("GET", endpoint, params=params)
+        board.forget_references()  # whatever it loaded now, the record no longer says
+        return answer
+    command = params.get("command")
+    with board.switching(SWITCH_WAIT) as state:
+        try:
+            answer = engine.client.exchange("GET", endpoint, params=params)
+        except UpstreamError as exc:
+            if endpoint == "/control" and command in RESTARTS and _reached(exc):
+                board.commit(after_restart(state))
+                board.forget_references()  # a new process starts with an empty prompt cache
+                return None
+            raise
+        if endpoint in WEIGHTS:
+            new = after_switch(state, endpoint, params.get("weights_path"), answer.status_code)
+        elif command in RESTARTS and answer.status_code == 200:
+            new = after_restart(state)
+        else:
+            new = state
+        if new != state:
+            board.commit(new)
+            board.forget_references()  # references are processed by the weights in force
+    return answer
+
+
+def after_switch(state: Mapping[str, Any], endpoint: str, path: str | None,
+                 status: int) -> State:
+    """The state after ``endpoint`` (a weight switch to ``path``) answered ``status``."""
+    slot = WEIGHTS[endpoint]
+    new = _copy(state)
+    if not path:
+        return new  # api_v2 refuses an empty path before it touches anything
+    if status >= 500 or status in (404, 405, 422):
+        return new  # not api_v2's verdict on a load: nothing is known to have changed
+    new["configured"][slot] = path
+    succeeded = 200 <= status < 300
+    if succeeded:
+        new["loaded"][slot] = path
+    if succeeded or slot in SAVES_BEFORE_LOADING:
+        new["saved"] = dict(new["configured"])
+    return _in_force(new)
+
+
+def after_restart(state: Mapping[str, Any]) -> State:
+    """The state once the upstream runs again after ``restart`` (or ``exit`` and a start)."""
+    new = _copy(state)
+    new["loaded"] = dict(new["saved"])
+    new["configured"] = dict(new["saved"])
+    return _in_force(new)
+
+
+def label(path: str) -> str:
+    """A weights path as it appears in the revision: its file name and a hash of the path."""
+    name = posixpath.basename(path.replace("\\", "/").rstrip("/")) or "weights"
+    return f"{name}@{blake3.blake3(path.encode()).hexdigest()[:12]}"
+
+
+def _reached(exc: UpstreamError) -> bool:
+    """Whether a failed call reached the upstream (it was not refused at connect time)."""
+    import httpx
+
+    return not isinstance(exc.__context__, httpx.ConnectError | httpx.ConnectTimeout)
+
+
+def _copy(state: Mapping[str, Any]) -> State:
+    return {**state, **{part: dict(state.get(part) or {})
+                        for part in ("loaded", "configured", "saved")}}
+
+
+def _in_force(state: State) -> State:
+    state["in_force"] = {slot: label(path) for slot, path in state["loaded"].items()}
+    return state

@@ -1,0 +1,195 @@
+"""The revision in force: what an upstream renders with now, kept in the cache folder.
+
+An upstream's model revision is part of every key. For a server that can be
+switched at run time (GPT-SoVITS loads other weights on ``/set_gpt_weights``)
+the gateway proxies the switch and records what it put in force, so the same
+request afterwards is a new key rendered by the new weights and the old takes
+are never served as the new model's. That record must outlive a restart of
+voxcache (the upstream keeps its weights) and reach every process on the cache
+folder (``--workers``, a CLI beside the server), so it lives in
+``upstreams/<kind>-<url hash>.json`` and each change is announced through the
+cache's invalidation log (``Cache.announce("revision", engine id)``): the others
+re-read the file within its poll interval (0.1 s).
+
+A render and a switch must not overlap, or a take rendered by the new weights
+would be stored under the old revision's key (or the reverse). Every render
+therefore holds a shared ``flock`` for its whole length and checks, under it,
+that the revision it was keyed with is still the one in force; a switch takes
+the lock exclusively, so it waits for the renders in flight and holds new ones
+back until the new revision is recorded. A gate lock in front keeps a steady
+stream of renders from starving a waiting switch. A render keyed just before a
+switch is refused (503, send it again: it is then keyed, and rendered, anew).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import blake3
+
+from ..errors import Overloaded
+from ..fsmode import FILE_MODE, private_dirs, write_private
+
+if TYPE_CHECKING:
+    from ..cache import Cache
+    from .base import UpstreamEngine
+
+log = logging.getLogger("voxcache.upstream")
+
+STATE_FOLDER = "upstreams"
+UNREADABLE = {"state": "unreadable"}
+"""Put in force when the state file cannot be read: a revision no take was keyed with, so
+nothing stored is served as this model's until a switch records what is loaded."""
+POLL = 0.01
+
+
+class RevisionChanged(Overloaded):
+    """A render keyed with a revision that a switch has since replaced: the caller must send
+    the request again (it is then keyed with the revision in force)."""
+
+
+class Switchboard:
+    """One upstream's switch state in one cache folder, shared by every process on it."""
+
+    def __init__(self, cache: Cache, engine: UpstreamEngine) -> None:
+        self.cache = cache
+        self.engine = engine
+        name = f"{engine.kind}-{blake3.blake3(engine.url.encode()).hexdigest()[:16]}"
+        root = Path(cache.root)
+        self.path = root / STATE_FOLDER / f"{name}.json"
+        self.references_path = root / STATE_FOLDER / f"{name}-references.json"
+        self._gate = root / "locks" / f"upstream-{name}-gate.lock"
+        self._renders = root / "locks" / f"upstream-{name}-renders.lock"
+        self._references_lock = root / "locks" / f"upstream-{name}-references.lock"
+        self.state: dict[str, Any] = {}
+        self._seen: tuple[int, int, int] | None = None
+        self.refresh()
+        cache.on_event("revision", self._announced)
+
+    @property
+    def known(self) -> bool:
+        """Whether a proxied switch has recorded what the upstream runs."""
+        return bool(self.state.get("in_force"))
+
+    def refresh(self) -> None:
+        """Re-read the state file if it changed, and put what it records in force."""
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError:
+            seen = None
+            state: dict[str, Any] = {}
+        else:
+            seen = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+            if seen == self._seen:
+                return
+            state = self._read()
+        self._seen = seen
+        self.state = state
+        self.engine.put_in_force(state.get("in_force") or {})
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            state = json.loads(self.path.read_bytes())
+            in_force = state.get("in_force", {})
+            if not isinstance(in_force, dict) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in in_force.items()):
+                raise ValueError("in_force must map names to strings")
+            return state
+        except (OSError, ValueError, AttributeError) as exc:
+            log.error("upstream switch state %s is unreadable (%s): serving under a revision "
+                      "no stored take has until a switch records the weights in force",
+                      self.path, exc)
+            return {"in_force": dict(UNREADABLE)}
+
+    def commit(self, state: Mapping[str, Any]) -> None:
+        """Record ``state`` (its ``in_force`` names what renders now), put it in force here
+        and tell the other processes. Called inside ``switching``."""
+        document = {**state, "kind": self.engine.kind, "url": self.engine.url,
+                    "changed_at": time.time()}
+        private_dirs(self.path.parent)
+        write_private(self.path, json.dumps(document, sort_keys=True, indent=1).encode())
+        self._seen = None
+        self.refresh()
+        self.cache.announce("revision", self.engine.id)
+
+    def _announced(self, _engine_id: str) -> None:
+        self.refresh()
+
+    @contextlib.contextmanager
+    def rendering(self, revision: str) -> Iterator[None]:
+        """Hold off switches while a render keyed with ``revision`` runs; refuse it if a
+        switch has replaced that revision already."""
+        with _flock(self._gate, fcntl.LOCK_SH):
+            pass  # a switch waiting for the renders holds this: new renders queue behind it
+        with _flock(self._renders, fcntl.LOCK_SH):
+            self.refresh()
+            if revision != self.engine.model_revision:
+                raise RevisionChanged(
+                    f"the upstream's weights were switched after this request was keyed "
+                    f"({self.engine.kind}); send it again to have it rendered by the weights "
+                    "now in force", retry_after=0)
+            yield
+
+    @contextlib.contextmanager
+    def switching(self, wait: float) -> Iterator[dict[str, Any]]:
+        """Run a switch alone: no render in flight on this folder, none starting, until the
+        block ends. Yields a copy of the current state to edit and ``commit``."""
+        with _flock(self._gate, fcntl.LOCK_EX, wait), _flock(self._renders, fcntl.LOCK_EX, wait):
+            self._seen = None
+            self.refresh()
+            yield json.loads(json.dumps(self.state))
+
+    @contextlib.contextmanager
+    def references(self) -> Iterator[dict[str, str]]:
+        """The record of which content the upstream last loaded for each reference path,
+        held exclusively: edits made in the block are written back."""
+        with _flock(self._references_lock, fcntl.LOCK_EX):
+            try:
+                loaded = json.loads(self.references_path.read_bytes())
+                if not isinstance(loaded, dict):
+                    loaded = {}
+            except (OSError, ValueError):
+                loaded = {}  # unknown: every path is loaded again, which is always safe
+            before = dict(loaded)
+            yield loaded
+            if loaded != before:
+                private_dirs(self.references_path.parent)
+                write_private(self.references_path, json.dumps(loaded).encode())
+
+    def forget_references(self) -> None:
+        """The upstream dropped (or must rebuild) its prompt cache: load every path again."""
+        with self.references() as loaded:
+            loaded.clear()
+
+
+@contextlib.contextmanager
+def _flock(path: Path, operation: int, wait: float | None = None) -> Iterator[None]:
+    """``flock`` a lock file; with ``wait`` give up after that many seconds (503)."""
+    private_dirs(path.parent)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
+    try:
+        if wait is None:
+            fcntl.flock(fd, operation)
+        else:
+            deadline = time.monotonic() + wait
+            while True:
+                try:
+                    fcntl.flock(fd, operation | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise Overloaded("renders in flight on the upstream did not finish "
+                                         f"within {wait:g} s; try the switch again",
+                                         retry_after=5) from None
+                    time.sleep(POLL)
+        yield
+    finally:
+        os.close(fd)
