@@ -18,8 +18,6 @@ import base64
 import binascii
 import dataclasses
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -70,23 +68,31 @@ async def speech(body: SpeechRequest, request: Request,
     """OpenAI-compatible speech: the official ``openai`` client works unchanged."""
     started = time.perf_counter()
     server: Server = request.app.state.server
-    with _openai_refusal("model"):
+    field: str | None = "model"  # the body field being checked, for a refusal's ``param``
+    core: SynthesisRequest | None = None
+    try:  # one try, not a context manager per step: this is every hit's path
         _check_model(server, body.model)
-    with _openai_refusal("response_format"):
+        field = "response_format"
         fmt = lookup(body.response_format)
-    if fmt.name == "pcm":
-        fmt = fmt.at(OPENAI_PCM_RATE)
-    voice = body.voice.id if hasattr(body.voice, "id") else body.voice
-    with _openai_refusal("voice"):
+        if fmt.name == "pcm":
+            fmt = fmt.at(OPENAI_PCM_RATE)
+        field = "voice"
+        voice = body.voice.id if hasattr(body.voice, "id") else body.voice
         voice_fields = _voice_fields(request, tenant, voice, openai=True)
-    core = SynthesisRequest(text=body.input, instruct=body.instructions, language=body.language,
-                            seed=body.seed, speed=body.speed, params=body.params, tenant=tenant,
-                            seed_policy=body.seed_policy, **voice_fields)
-    sse = body.stream_format == "sse"
-    stream = sse or fmt.name == "pcm"
-    with _openai_refusal(None, server, core):
-        return await _serve(request, "speech", core, fmt, body.cache, stream, sse, started,
-                            text=body.input)
+        field = None
+        core = SynthesisRequest(text=body.input, instruct=body.instructions,
+                                language=body.language, seed=body.seed, speed=body.speed,
+                                params=body.params, tenant=tenant, seed_policy=body.seed_policy,
+                                **voice_fields)
+        sse = body.stream_format == "sse"
+        return await _serve(request, "speech", core, fmt, body.cache, sse or fmt.name == "pcm",
+                            sse, started, text=body.input)
+    except FieldRefusal:
+        raise
+    except RequestError as exc:
+        if field is None and core is not None:
+            field = _blame(server, core)
+        raise _openai_refusal(exc, field) from exc
 
 
 @router.post("/v1/synthesize", responses=AUDIO_RESPONSES, tags=["synthesis"])
@@ -192,25 +198,14 @@ def _voice_fields(request: Request, tenant: str, name: str | None,
     return {"voice": name}
 
 
-@contextmanager
-def _openai_refusal(param: str | None, server: Server | None = None,
-                    core: SynthesisRequest | None = None) -> Iterator[None]:
-    """Re-raise a refusal as OpenAI words it: the body field at fault (``param``; with
-    ``server`` and ``core``, found by ``_blame``) and OpenAI's code. An unknown voice is
-    a 400 there, not a 404; other statuses (413, 409) stay."""
-    try:
-        yield
-    except FieldRefusal:
-        raise
-    except RequestError as exc:
-        if param is None and server is not None and core is not None:
-            param = _blame(server, core)
-        status = 400 if isinstance(exc, UnknownVoice | NotFound) else exc.status
-        code = next((code for cls, code in OPENAI_CODES if isinstance(exc, cls)),
-                    type(exc).__name__)
-        if isinstance(exc, VoiceClipDropped):
-            param = "voice"
-        raise FieldRefusal(str(exc), status=status, param=param, code=code) from exc
+def _openai_refusal(exc: RequestError, param: str | None) -> FieldRefusal:
+    """``exc`` as OpenAI words a refusal: the body field at fault and OpenAI's code. An
+    unknown voice is a 400 there, not a 404; voxcache's own statuses (413, 409) stay."""
+    status = 400 if isinstance(exc, UnknownVoice | NotFound) else exc.status
+    code = next((code for cls, code in OPENAI_CODES if isinstance(exc, cls)), type(exc).__name__)
+    if isinstance(exc, VoiceClipDropped):
+        param = "voice"
+    return FieldRefusal(str(exc), status=status, param=param, code=code)
 
 
 def _blame(server: Server, core: SynthesisRequest) -> str | None:
