@@ -313,3 +313,22 @@ def test_delivered_wav_is_a_plain_44_byte_header_then_the_pcm(tone_server) -> No
     assert stored.headers["x-voxcache-envelope"] == "vxch" and b"vxch" in stored.content
     assert stored.content.endswith(native)
     assert stored.headers["etag"] != headers["etag"]  # two representations, two tags
+
+
+def test_a_take_already_at_24_khz_is_sent_as_stored(make_app) -> None:
+    """An engine at 24 kHz (OpenAI's own, Kokoro): pcm is the stored samples themselves,
+    with nothing encoded or stored beside them."""
+    from voxcache.engines.tone import ToneEngine
+
+    class Tone24k(ToneEngine):
+        sample_rate = 24000
+
+    app, cached = make_app(engine=Tone24k())
+    c = TestClient(app)
+    body = {"input": "Already at the rate.", "response_format": "pcm"}
+    miss, hit = c.post("/v1/audio/speech", json=body), c.post("/v1/audio/speech", json=body)
+    assert (miss.headers["x-cache"], hit.headers["x-cache"]) == ("MISS", "HIT")
+    stored = c.get(f"/v1/audio/{hit.headers['x-cache-key']}").content
+    assert miss.content == hit.content and stored.endswith(hit.content)
+    assert "rate=24000" in hit.headers["content-type"]
+    assert cached.cache.disk.index.rows("kind = 'encoded'") == []
