@@ -236,7 +236,8 @@ def _report(summary: dict[str, Any], as_json: bool) -> int:
               f"{summary['imported']}, already here {summary['skipped']}, kept (another take "
               f"here) {summary['kept']}, expired {summary['expired']}, refused "
               f"{len(summary['refused'])}, missing {len(summary['missing'])}, pinned "
-              f"{summary['pinned']}")
+              f"{summary['pinned']}" + (f", evicted at once by this cache's caps "
+                                        f"{summary['evicted']}" if summary["evicted"] else ""))
         for name, why in summary["refused"].items():
             print(f"  refused {name}: {why}")
         for name, why in summary["not_stored"].items():

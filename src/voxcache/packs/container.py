@@ -91,9 +91,11 @@ class PackReader:
         self._skip_padding(size)
 
     def _skip_padding(self, size: int) -> None:
+        """Pass the zeros that fill a member's last block (anything else is damage)."""
         pad = -size % BLOCK
-        if pad:
-            self._exactly(pad)
+        if pad and self._exactly(pad) != b"\0" * pad:
+            raise BadPack(f"damaged archive: the padding before byte {self.offset} is not "
+                          "zeros")
 
     def _exactly(self, size: int, allow_end: bool = False) -> bytes | None:
         parts, left = [], size

@@ -15,7 +15,9 @@ skipped). An entry that fails is refused and reported; the others are imported.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ import blake3
 from ..cache import Cache
 from ..entry import CorruptEntry, Entry, decode
 from ..tiers.entry_files import NotAnEntryFile, read_entry_file
+from ..tiers.index import REQUEST_WAIT
 from . import identity
 from .container import MANIFEST, MAX_SIGNATURE_BYTES, SIGNATURE, BadPack, PackReader
 from .manifest import MAX_MANIFEST_BYTES, Line, Manifest, digest, parse
@@ -57,6 +60,9 @@ class Imported:
     """Verified, but the cache could not store them (a full disk)."""
     missing: list[str] = field(default_factory=list)
     """Keys the manifest names that the pack does not carry (it was cut short)."""
+    evicted: list[str] = field(default_factory=list)
+    """Imported, then evicted by this cache's own caps before the import ended (a small
+    device keeping what its clients use: see docs/edge.md)."""
     pinned: int = 0
     bytes: int = 0
     truncated: str | None = None
@@ -74,7 +80,8 @@ class Imported:
                 "imported": len(self.imported), "skipped": len(self.skipped),
                 "kept": len(self.kept), "expired": len(self.expired),
                 "refused": dict(self.refused), "not_stored": dict(self.not_stored),
-                "missing": list(self.missing), "pinned": self.pinned, "bytes": self.bytes,
+                "missing": list(self.missing), "evicted": len(self.evicted),
+                "pinned": self.pinned, "bytes": self.bytes,
                 "truncated": self.truncated, "complete": self.complete}
 
 
@@ -119,6 +126,9 @@ def import_pack(cache: Cache, stream: BinaryIO, trusted: list[PublicKey], *,
     except BadPack as exc:
         report.truncated = str(exc)
     report.missing = [line.key for line in manifest.lines if line.member not in seen]
+    kinds = {line.key: line.kind for line in manifest.lines}
+    report.evicted = [key for key in report.imported
+                      if not cache.disk.contains(key, kinds[key])]
     return report
 
 
@@ -144,9 +154,21 @@ def _one(cache: Cache, line: Line, blob: bytes, pin: bool, report: Imported,
     if not cache.put(entry, tenant=line.tenant, pinned=wanted_pin):
         report.not_stored[line.key] = "the cache could not store it (is the disk full?)"
         return
+    _never_asked(cache, line.key, min(entry.header.created, now))
     report.imported.append(line.key)
     report.bytes += len(blob)
     report.pinned += int(wanted_pin)
+
+
+def _never_asked(cache: Cache, key: str, created: float) -> None:
+    """An imported take has not been asked for on this node: it enters the eviction order
+    at its creation time, not as if just used. On a small device at its caps, a pack then
+    fills what room there is and never pushes out the takes its clients are using (pin
+    what must stay: ``--pin``). Best effort: the index is an accelerator."""
+    with contextlib.suppress(sqlite3.Error), \
+            cache.disk.index.transaction(REQUEST_WAIT) as db:
+        db.execute("UPDATE entries SET last_access = ?1, score = vx_score(?1, hits) "
+                   "WHERE key = ?2 AND hits = 0 AND last_access > ?1", (created, key))
 
 
 def _refusal(line: Line, blob: bytes) -> str | None:

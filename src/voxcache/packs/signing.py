@@ -147,15 +147,15 @@ def verify(signature_block: bytes, manifest: bytes, trusted: list[PublicKey]) ->
     if algorithm != ALGORITHM:
         raise UntrustedPack(f"the pack is signed with {algorithm!r}; only {ALGORITHM} is "
                             "accepted")
-    for key in trusted:
-        if key.verifies(signature, manifest):
-            return key
-    names = ", ".join(f"{k.id} ({k.source})" for k in trusted)
-    if any(k.id == signer for k in trusted):
+    named = [key for key in trusted if key.id == signer]  # the block names its key: every
+    if not named:                                          # byte of it counts
+        names = ", ".join(f"{k.id} ({k.source})" for k in trusted)
+        raise UntrustedPack(f"the pack is signed by key {signer}, which is not trusted here "
+                            f"(trusted: {names}); nothing was imported")
+    if not named[0].verifies(signature, manifest):
         raise UntrustedPack(f"the pack's manifest does not match its signature by key {signer} "
                             "(the manifest or the signature was altered); nothing was imported")
-    raise UntrustedPack(f"the pack is signed by key {signer}, which is not trusted here "
-                        f"(trusted: {names}); nothing was imported")
+    return named[0]
 
 
 def _raw(public: Any) -> bytes:

@@ -91,8 +91,9 @@ async def build_pack(body: PackRequest, request: Request) -> JSONResponse:
     return JSONResponse(descriptor, status_code=201, headers={"Location": descriptor["url"]})
 
 
-@router.api_route("/v1/packs/{pack}", methods=["GET", "HEAD"],
-                  dependencies=[Depends(admin_only)], response_class=Response)
+@router.head("/v1/packs/{pack}", include_in_schema=False, dependencies=[Depends(admin_only)])
+@router.get("/v1/packs/{pack}", dependencies=[Depends(admin_only)], response_class=Response,
+            responses={200: {"content": {PACK_MEDIA_TYPE: {}}}, 206: {}})
 async def download_pack(pack: str, request: Request) -> Response:
     """The pack file (``Range`` and ``If-Range`` honoured: a cut download resumes)."""
     path = _publisher(request).path(pack)

@@ -1,0 +1,118 @@
+"""An edge in front of a center (``serve --upstream voxcache=URL``), real processes on free ports.
+
+The center is ``voxcache serve`` with the tone engine (these tests are about what the
+edge fetches, verifies, stores and refuses; test_edge_piper shows it with Piper).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from voxcache.entry import decode
+
+from .nodes import entry_files, serve, write_config
+from .standin import MODES, Running, garbage_center
+
+
+def syntheses(node) -> int:
+    return node.stats()["counters"].get("syntheses", 0)
+
+
+def test_a_miss_is_asked_by_key_first_then_rendered_once_at_the_center(tmp_path: Path):
+    with serve(tmp_path / "center") as center, \
+            serve(tmp_path / "edge", "--upstream", f"voxcache={center.url}") as edge:
+        warmed = center.say("Your order is ready.")
+        rendered = syntheses(center)
+        fetched = edge.say("Your order is ready.")
+        assert fetched.headers["x-cache"] == "MISS"
+        assert fetched.headers["x-cache-key"] == warmed.headers["x-cache-key"]
+        assert fetched.content == warmed.content
+        assert syntheses(center) == rendered  # the center's stored take, not a new render
+
+        new = edge.say("Doors closing. Mind the gap.")
+        assert new.headers["x-cache"] == "MISS"
+        assert syntheses(center) > rendered  # rendered there (sentence by sentence)
+        at_center = center.say("Doors closing. Mind the gap.")
+        assert at_center.headers["x-cache"] == "HIT"
+        assert at_center.headers["x-cache-key"] == new.headers["x-cache-key"]
+        assert at_center.content == new.content
+        assert edge.say("Doors closing. Mind the gap.").headers["x-cache"] == "HIT"
+
+        stored = entry_files(tmp_path / "edge")
+        assert set(stored) == {warmed.headers["x-cache-key"], new.headers["x-cache-key"]}
+        for key, blob in stored.items():
+            decode(blob, key)
+        counters = edge.stats()["counters"]
+        assert counters["edge_center_hits"] == 1 and counters["edge_center_renders"] == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_edge_stores_nothing_a_garbage_center_sends(tmp_path: Path, mode: str):
+    app, state = garbage_center(tmp_path / "standin")
+    state["mode"] = mode
+    with Running(app) as standin, \
+            serve(tmp_path / "edge", "--upstream", f"voxcache={standin.url}") as edge:
+        answer = edge.say("Your order is ready.")
+        assert answer.status_code == 502, (mode, answer.status_code, answer.text)
+        assert "nothing was stored" in answer.json()["error"]["message"] or mode == (
+            "render then garbage")
+        assert entry_files(tmp_path / "edge") == {}
+        assert edge.say("Your order is ready.").status_code == 502  # still nothing to serve
+
+
+def test_offline_hits_are_served_misses_get_503_and_the_edge_restarts_offline(tmp_path):
+    with serve(tmp_path / "center") as center:
+        edge_args = ("--upstream", f"voxcache={center.url}")
+        with serve(tmp_path / "edge", *edge_args) as edge:
+            kept = edge.say("Welcome to the store.").content
+            center.stop()
+            hit = edge.say("Welcome to the store.")
+            assert hit.headers["x-cache"] == "HIT" and hit.content == kept
+            miss = edge.say("Something new.")
+            assert miss.status_code == 503 and int(miss.headers["retry-after"]) >= 1
+            assert "unreachable" in miss.json()["error"]["message"]
+            assert httpx.get(edge.url + "/v1/engine").json()["edge"]["offline"] is True
+        with serve(tmp_path / "edge", *edge_args) as edge:  # starts on its record
+            assert httpx.get(edge.url + "/v1/engine").json()["edge"]["identity_from"] == \
+                "record"
+            assert edge.say("Welcome to the store.").content == kept
+            assert edge.say("Something new.").status_code == 503
+        with pytest.raises(RuntimeError, match="no record of its identity"), \
+                serve(tmp_path / "fresh", *edge_args):
+            pass
+
+
+def test_the_edge_is_the_center_tenant_of_its_key(tmp_path: Path):
+    center_config = write_config(tmp_path / "center.toml", """
+[tenants.shop]
+api_keys = ["shop-key-0001"]
+[admin]
+api_keys = ["admin-key-0001"]
+""")
+    shop = {"Authorization": "Bearer shop-key-0001"}
+    with serve(tmp_path / "center", config=center_config) as center:
+        upstream = ("--upstream", f"voxcache={center.url}")
+        with pytest.raises(RuntimeError, match="API key"), \
+                serve(tmp_path / "keyless", *upstream):  # no key: refused at start
+            pass
+        keyed = write_config(tmp_path / "edge.toml",
+                             'upstream_options = {api_key = "shop-key-0001"}\n')
+        with serve(tmp_path / "open-edge", *upstream, config=keyed) as edge:
+            refused = edge.say("Hello.")  # local clients are tenant "default" here
+            assert refused.status_code == 502
+            assert "[tenants.shop]" in refused.json()["error"]["message"]
+            assert entry_files(tmp_path / "open-edge") == {}
+        local = write_config(tmp_path / "shop-edge.toml", """
+upstream_options = {api_key = "shop-key-0001"}
+[tenants.shop]
+api_keys = ["local-shop-key-01"]
+""")
+        with serve(tmp_path / "shop-edge", *upstream, config=local) as edge:
+            mine = edge.say("Hello.", headers={"Authorization": "Bearer local-shop-key-01"})
+            assert mine.status_code == 200 and mine.headers["x-cache"] == "MISS"
+            theirs = center.say("Hello.", headers=shop)
+            assert theirs.headers["x-cache"] == "HIT"
+            assert theirs.headers["x-cache-key"] == mine.headers["x-cache-key"]
