@@ -6,12 +6,19 @@ edge fetches, verifies, stores and refuses; test_edge_piper shows it with Piper)
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
 import pytest
 
+from voxcache.cache import Cache
+from voxcache.cached import CachedEngine
+from voxcache.config import Settings
+from voxcache.engines.tone import ToneEngine
 from voxcache.entry import decode
+from voxcache.service import create_app
+from voxcache.service.options import ServiceOptions
 
 from .nodes import entry_files, serve, write_config
 from .standin import MODES, Running, garbage_center
@@ -116,3 +123,31 @@ api_keys = ["local-shop-key-01"]
             theirs = center.say("Hello.", headers=shop)
             assert theirs.headers["x-cache"] == "HIT"
             assert theirs.headers["x-cache-key"] == mine.headers["x-cache-key"]
+
+
+def test_the_edge_follows_the_centers_new_model_revision(tmp_path: Path):
+    """The center switches its model under the edge: the first miss after it is sent back
+    (503: it was keyed with the old revision), then the edge keys with the new one."""
+    engine = ToneEngine("tone-1")
+    settings = Settings(cache_dir=tmp_path / "center", engine="tone")
+    cache = Cache(settings.cache_dir)
+    app = create_app(settings, options=ServiceOptions(), cached=CachedEngine(engine, cache))
+    try:
+        with Running(app) as center, \
+                serve(tmp_path / "edge", "--upstream", f"voxcache={center.url}") as edge:
+            assert edge.say("Before the upgrade.").headers["x-cache"] == "MISS"
+            engine.model_revision = "tone-2"
+            moved = edge.say("After the upgrade.")
+            assert moved.status_code == 503 and moved.json()["error"]["code"] == "CenterMoved"
+            assert httpx.get(edge.url + "/v1/engine").json()["model_revision"] == "tone-2"
+            after = edge.say("After the upgrade.")
+            assert after.status_code == 200 and after.headers["x-cache"] == "MISS"
+            direct = httpx.post(center.url + "/v1/synthesize",
+                                json={"text": "After the upgrade."})
+            assert direct.headers["x-cache-key"] == after.headers["x-cache-key"]
+            again = edge.say("Before the upgrade.")  # keyed with tone-2 now: a new take
+            assert again.headers["x-cache"] == "MISS"
+            record = json.loads((tmp_path / "edge" / "packs" / "identity.json").read_text())
+            assert record["identity"]["model_revision"] == "tone-2"
+    finally:
+        cache.close()

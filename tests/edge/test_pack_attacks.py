@@ -116,7 +116,7 @@ def test_a_flipped_byte_anywhere_stores_nothing_unverified(tmp_path, source, sig
     originals = entry_files(source.root)
     layout = members(data)
     manifest_end = layout[1][1] + layout[1][2]
-    offsets = sorted(set(range(0, len(data), 41)) | {
+    offsets = sorted(set(range(0, len(data), 67)) | {
         start + size // 2 for _, start, size in layout})
     outcomes = {"untrusted": 0, "entry refused": 0, "cut short": 0, "clean": 0}
     for n, offset in enumerate(offsets):

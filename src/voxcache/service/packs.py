@@ -102,8 +102,14 @@ async def download_pack(pack: str, request: Request) -> Response:
 
 
 def node_identity(app: FastAPI) -> dict[str, Any]:
-    """This node's identity document (its engine, and the service's voice aliases)."""
-    return identities.describe(app.state.server.cached.engine, app.state.options.voice_aliases)
+    """This node's identity document: its engine and the service's voice aliases — or, on an
+    edge, the center's document it mirrors (passed on as it came, so an edge of this edge
+    mirrors the center too)."""
+    engine = app.state.server.cached.engine
+    mirrored = getattr(engine, "identity_doc", None)
+    if mirrored is not None:
+        return dict(mirrored)
+    return identities.describe(engine, app.state.options.voice_aliases)
 
 
 def is_fallback(engine: Any) -> bool:
@@ -129,11 +135,12 @@ def install(app: FastAPI) -> None:
     app.include_router(router)
     server = app.state.server
     app.state.packs = _open_publisher(app)
-    try:
-        identities.write_record(server.cache.root, node_identity(app), "served")
-    except OSError as exc:
-        log.warning("could not record this node's engine identity: %s", exc)
     engine = server.cached.engine
+    if getattr(engine, "identity_doc", None) is None:  # an edge records its center's itself
+        try:
+            identities.write_record(server.cache.root, node_identity(app), "served")
+        except OSError as exc:
+            log.warning("could not record this node's engine identity: %s", exc)
     if getattr(engine, "fallback_engine", None) is not None:
         from .edge import install_fallback
 

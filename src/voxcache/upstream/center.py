@@ -101,19 +101,26 @@ class CenterClient:
 
     @contextlib.contextmanager
     def _send(self, method: str, path: str, **kwargs: Any) -> Iterator[Any]:
-        """One request, retried only while no connection could be made."""
+        """One request. Retried while no connection could be made, and — for a GET, which
+        changes nothing — when the connection dropped before an answer (a keep-alive
+        connection the center closed); a POST that may have reached the center is not sent
+        twice (it would render twice)."""
         import httpx
 
         request = self._client.build_request(method, path, **kwargs)
+        retried: tuple[type[Exception], ...] = (httpx.ConnectError, httpx.ConnectTimeout)
+        if method == "GET":
+            retried += (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
         for attempt in range(self.retries + 1):
             try:
                 response = self._client.send(request, stream=True)
                 break
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
-                    httpx.ReadError, httpx.WriteError) as exc:
+            except retried as exc:
                 if attempt >= self.retries:
                     raise Unreachable(f"{type(exc).__name__}: {exc}") from None
                 time.sleep(0.1 * (attempt + 1))
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+                raise Unreachable(f"{type(exc).__name__}: {exc}") from None
             except httpx.TimeoutException as exc:
                 raise UpstreamError(f"the center at {self.url} did not answer {method} {path} "
                                     f"in time ({type(exc).__name__})") from None

@@ -123,7 +123,7 @@ class VoxcacheEdgeEngine(UpstreamEngine):
         self._drifted: str | None = None
         self._lock = threading.Lock()
         try:
-            self._adopt(self.center.identity(), "center")
+            self._adopt(self._ask_identity(), "center")
         except Unreachable as exc:
             log.warning("edge: the center at %s is unreachable at start (%s); keying with the "
                         "identity recorded in the cache folder", self.url, exc)
@@ -148,9 +148,19 @@ class VoxcacheEdgeEngine(UpstreamEngine):
         self.identity_source = "record"
         self._checked = 0.0  # ask the center again at the first miss
 
+    def _ask_identity(self) -> dict[str, Any]:
+        """The center's identity answer, its identity checked field by field."""
+        answer = self.center.identity()
+        try:
+            identities.check(answer["identity"])
+        except identities.BadIdentity as exc:
+            raise UpstreamError(f"the center at {self.url} answered an unusable identity: "
+                                f"{exc}") from None
+        return answer
+
     def _adopt(self, answer: dict[str, Any], source: str) -> None:
         doc = answer["identity"]
-        identities.apply(self, doc)  # checked field by field: a bad answer stops here
+        identities.apply(self, doc)
         self.identity_doc = dict(doc)
         self.identity_source = source
         tenant = answer.get("tenant")
@@ -174,7 +184,7 @@ class VoxcacheEdgeEngine(UpstreamEngine):
         with self._lock:
             if time.monotonic() - self._checked < IDENTITY_CHECK_SECONDS:
                 return
-            answer = self.center.identity()
+            answer = self._ask_identity()
             self._checked = time.monotonic()
             doc = answer["identity"]
             tenant = answer.get("tenant")
@@ -197,7 +207,6 @@ class VoxcacheEdgeEngine(UpstreamEngine):
             return
         log.warning("edge: the center's model revision moved from %s to %s; following it",
                     old.get("model_revision"), doc["model_revision"])
-        identities.check(doc)
         self.model_revision = doc["model_revision"]
         self.identity_doc = dict(doc)
         self._record()
@@ -237,7 +246,8 @@ class VoxcacheEdgeEngine(UpstreamEngine):
             self._count("edge_center_unreachable")
             raise self._unreachable(str(exc)) from None
         except KeyMismatch:
-            self._checked = 0.0  # ask for the identity at the next miss
+            self._checked = 0.0  # the center may have moved: ask now (CenterMoved if it did)
+            self._revisit_identity(request)
             raise
         self.state.reset()
         self._count(source)
