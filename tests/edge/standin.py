@@ -15,7 +15,6 @@ from fastapi import FastAPI, Request, Response
 from voxcache import Audio, Cache, CachedEngine, SynthesisRequest
 from voxcache.engines.tone import ToneEngine
 from voxcache.entry import audio_entry, blob_entry
-from voxcache.packs.identity import describe
 
 from .nodes import free_port
 
@@ -25,6 +24,8 @@ MODES = ("random bytes", "another key's entry", "one byte flipped", "a plain wav
 
 def garbage_center(folder: Path) -> tuple[FastAPI, dict[str, Any]]:
     """The app, and its state (``mode`` picks the lie; ``calls`` records what was asked)."""
+    from voxcache.packs.identity import describe  # new with edges: imported where used
+
     engine = ToneEngine()
     keyer = CachedEngine(engine, Cache(folder))
     state: dict[str, Any] = {"mode": MODES[0], "calls": []}

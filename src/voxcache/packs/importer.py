@@ -87,7 +87,11 @@ class Imported:
 
 def read_header(reader: PackReader, trusted: list[PublicKey]) -> tuple[Manifest, bytes, str]:
     """The verified manifest, its bytes and the id of the key that signed it."""
-    manifest_bytes = _member(reader, MANIFEST, MAX_MANIFEST_BYTES)
+    try:
+        manifest_bytes = _member(reader, MANIFEST, MAX_MANIFEST_BYTES)
+    except BadPack as exc:
+        raise BadPack(f"not a voxcache pack, or cut short before its manifest ({exc})") \
+            from None
     signature = _member(reader, SIGNATURE, MAX_SIGNATURE_BYTES)
     signer = verify(signature, manifest_bytes, trusted)  # before a byte of it is believed
     return parse(manifest_bytes), manifest_bytes, signer.id

@@ -84,16 +84,21 @@ class Offline:
         """Seconds until the next probe (at least 1, for Retry-After)."""
         return max(1.0, math.ceil(self._until - time.monotonic()))
 
-    def trip(self) -> None:
-        """A call found the center unreachable: stay offline, longer each time in a row."""
+    def trip(self) -> bool:
+        """A call found the center unreachable: stay offline, longer each time in a row.
+        True when the edge was online until now."""
         with self._lock:
+            was_online = self._backoff == 0.0
             self._backoff = min(LONGEST_BACKOFF, self._backoff * 2 or FIRST_BACKOFF)
             self._until = time.monotonic() + self._backoff
+            return was_online
 
-    def reset(self) -> None:
-        """A call reached the center."""
+    def reset(self) -> bool:
+        """A call reached the center. True when the edge was offline until now."""
         with self._lock:
+            was_offline = self._backoff != 0.0
             self._backoff = self._until = 0.0
+            return was_offline
 
 
 class VoxcacheEdgeEngine(UpstreamEngine):
@@ -131,7 +136,9 @@ class VoxcacheEdgeEngine(UpstreamEngine):
     # -- identity --------------------------------------------------------------------
     def attach(self, cache: Cache) -> None:
         """Know the cache folder: record the center's identity there, or — if the center
-        could not be asked at start — key with the identity recorded there."""
+        could not be asked at start — key with the identity recorded there. (No switchboard,
+        unlike other upstreams: an edge proxies no weight switches; its revision is the
+        center's, followed by ``_revisit_identity``.)"""
         self.cache = cache
         if self.identity_doc is not None:
             self._record()
@@ -242,14 +249,18 @@ class VoxcacheEdgeEngine(UpstreamEngine):
                         f"the center rendered {key[:12]} but holds no copy to fetch (is its "
                         "storage full?); the edge stores only takes it can verify")
         except Unreachable as exc:
-            self.state.trip()
+            if self.state.trip():
+                log.warning("edge: the center at %s is unreachable (%s): serving stored takes "
+                            "only%s", self.url, exc, "; misses go to the fallback engine"
+                            if self.fallback_engine is not None else "; misses get 503")
             self._count("edge_center_unreachable")
             raise self._unreachable(str(exc)) from None
         except KeyMismatch:
             self._checked = 0.0  # the center may have moved: ask now (CenterMoved if it did)
             self._revisit_identity(request)
             raise
-        self.state.reset()
+        if self.state.reset():
+            log.warning("edge: the center at %s answers again", self.url)
         self._count(source)
         yield entry.audio()
 
