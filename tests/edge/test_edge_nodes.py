@@ -151,3 +151,37 @@ def test_the_edge_follows_the_centers_new_model_revision(tmp_path: Path):
             assert record["identity"]["model_revision"] == "tone-2"
     finally:
         cache.close()
+
+
+class SixVoices(ToneEngine):
+    voices = {f"voice{i}": f"voice{i}" for i in range(1, 7)}
+    default_voice = "voice1"
+
+
+def test_offline_misses_go_to_the_fallback_in_any_route_or_get_the_503(tmp_path: Path):
+    settings = Settings(cache_dir=tmp_path / "center", engine="tone")
+    cache = Cache(settings.cache_dir)
+    app = create_app(settings, options=ServiceOptions(), cached=CachedEngine(SixVoices(), cache))
+    fallback = write_config(tmp_path / "edge.toml", 'upstream_options = {fallback = "tone"}\n')
+    center = Running(app).__enter__()
+    try:
+        with serve(tmp_path / "edge", "--upstream", f"voxcache={center.url}",
+                   config=fallback) as edge:
+            kept = edge.say("Kept while online.", voice="voice5")
+            assert kept.headers["x-cache"] == "MISS"
+            center.__exit__(None, None, None)  # the center goes away
+            assert edge.say("Kept while online.", voice="voice5").headers["x-cache"] == "HIT"
+            plain = edge.say("Said while offline.")  # the fallback's default voice renders it
+            assert plain.status_code == 200 and plain.headers["x-cache"] == "FALLBACK"
+            streamed = httpx.post(edge.url + "/v1/audio/speech", timeout=30, json={
+                "input": "Streamed while offline. Two sentences.", "response_format": "pcm"})
+            assert streamed.status_code == 200 and streamed.headers["x-cache"] == "FALLBACK"
+            assert streamed.headers["content-type"].startswith("audio/pcm")
+            assert streamed.content
+            refused = edge.say("Only the center has this voice.", voice="voice5")
+            assert refused.status_code == 503  # the fallback has no voice5: the edge's answer
+            assert refused.json()["error"]["code"] == "CenterUnreachable"
+            assert "retry-after" in refused.headers
+    finally:
+        center.__exit__(None, None, None)
+        cache.close()

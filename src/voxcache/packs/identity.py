@@ -151,9 +151,11 @@ def _param(raw: Any) -> ParamSpec:
     if not all(b is None or (isinstance(b, int | float) and not isinstance(b, bool))
                for b in bounds):
         raise BadIdentity(f"parameter {raw['name']!r}: minimum/maximum must be numbers")
+    if not isinstance(raw.get("shapes_waveform", True), bool):
+        raise BadIdentity(f"parameter {raw['name']!r}: shapes_waveform must be true or false")
     # The default is kept exactly as sent (an int stays an int): it is hashed into every key
     # that omits the parameter, so even a center's non-canonical default must be mirrored.
     return ParamSpec(raw["name"], kind, raw.get("default"),
-                     shapes_waveform=bool(raw.get("shapes_waveform", True)),
+                     shapes_waveform=raw.get("shapes_waveform", True),
                      minimum=bounds[0], maximum=bounds[1],
                      choices=tuple(choices) if choices else None, doc=str(raw.get("doc", "")))

@@ -54,8 +54,9 @@ class Selection:
             args.append(now - self.older_than)
         return " AND ".join(clauses), args
 
-    def rows(self, index: Any, now: float | None = None) -> list[IndexRow]:
-        """The selected rows, most-hit first under ``top``, else oldest first."""
+    def rows(self, disk: Any, now: float | None = None) -> list[IndexRow] | None:
+        """The selected rows of a disk tier's index, most-hit first under ``top``, else
+        oldest first; None while the index cannot answer (``DiskTier.rows`` fails open)."""
         where, args = self.where(time.time() if now is None else now)
         order = "hits DESC, last_access DESC" if self.top else "created ASC, key ASC"
-        return list(index.rows(where, args, order, self.top or -1))
+        return disk.rows(where, tuple(args), order, self.top or -1)
