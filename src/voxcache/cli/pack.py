@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import re
 import sys
@@ -163,10 +164,9 @@ def export(args: argparse.Namespace) -> int:
 def import_(args: argparse.Namespace) -> int:
     """Verify and import one pack file; exit 1 unless every entry is now here."""
     from ..packs.importer import import_pack
-    from ..runtime import open_cache
 
     trusted = _trusted(args.trust)
-    cache = open_cache(settings_from(args))
+    cache = _batch_cache(settings_from(args))
     try:
         with _opened(args.file) as stream, _entry_progress(args.json) as on_entries:
             report = import_pack(cache, stream, trusted, pin=args.pin, progress=on_entries)
@@ -200,7 +200,6 @@ def pull(args: argparse.Namespace) -> int:
     """One round, or one every ``--every`` until interrupted (a failed round is reported and
     the next one tries again: a partial download resumes)."""
     from ..packs.pull import Source, pull_once
-    from ..runtime import open_cache
 
     trusted = _trusted(args.trust)
     key = os.environ.get("VOXCACHE_PACKS_API_KEY") or (
@@ -208,7 +207,7 @@ def pull(args: argparse.Namespace) -> int:
     source = Source(args.url.rstrip("/"), key, _selection(args))
     settings = settings_from(args)
     while True:
-        cache = open_cache(settings)
+        cache = _batch_cache(settings)
         started = time.monotonic()
         try:
             with _byte_progress(args.json) as on_bytes, \
@@ -226,6 +225,17 @@ def pull(args: argparse.Namespace) -> int:
         if not args.every:
             return code
         time.sleep(max(0.0, args.every - (time.monotonic() - started)))
+
+
+def _batch_cache(settings: Any) -> Any:
+    """The cache folder for an import: its disk caps as configured, no memory tier (a batch
+    job's memory would only hold what it wrote, and on a small device it is the budget the
+    server needs)."""
+    from ..cache import Cache
+
+    config = dataclasses.replace(settings.cache_config(), memory_budgets={},
+                                 memory_default_budget=0)
+    return Cache(settings.cache_dir, config)
 
 
 def _report(summary: dict[str, Any], as_json: bool) -> int:
