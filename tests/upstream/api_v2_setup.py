@@ -67,6 +67,7 @@ def gateway(url: str, root: Path, cache_dir: Path, options: ServiceOptions | Non
         with serve_app(app) as address:
             yield address
     finally:
+        app.state.server.cached.usage.close()
         app.state.server.cache.close()
 
 

@@ -353,6 +353,7 @@ class ApiV2:
         self.interval = interval
         self.chunks = chunks
         self.on_restart = on_restart
+        self.switch_seconds = 0.0
         self.calls: list[dict[str, Any]] = []
         self.sent_at: list[list[float]] = []
         self.reference_loads: list[str] = []
@@ -454,7 +455,8 @@ class ApiV2:
             self.sent_at[call].append(time.monotonic())
             yield part.tobytes()
 
-    def _switch(self, name: str, path: str | None, what: str) -> JSONResponse:
+    async def _switch(self, name: str, path: str | None, what: str) -> JSONResponse:
+        await asyncio.sleep(self.switch_seconds)  # loading weights takes its time
         if path in ("", None):
             return JSONResponse({"message": f"{what} weight path is required"},
                                 status_code=400)
@@ -482,11 +484,11 @@ class ApiV2:
 
         @app.get("/set_gpt_weights")
         async def set_gpt_weights(weights_path: str | None = None) -> Response:
-            return self._switch("t2s_weights_path", weights_path, "gpt")
+            return await self._switch("t2s_weights_path", weights_path, "gpt")
 
         @app.get("/set_sovits_weights")
         async def set_sovits_weights(weights_path: str | None = None) -> Response:
-            return self._switch("vits_weights_path", weights_path, "sovits")
+            return await self._switch("vits_weights_path", weights_path, "sovits")
 
         @app.get("/set_refer_audio")
         async def set_refer_audio(refer_audio_path: str | None = None) -> Response:

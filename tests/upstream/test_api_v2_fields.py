@@ -7,6 +7,7 @@ stand-in answers for the same request."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import httpx
 import pytest
@@ -145,3 +146,17 @@ def test_every_refusal_is_a_message_and_nothing_else(routes, fields) -> None:
                         headers={"content-type": "application/json"})
     assert answer.status_code == 400, answer.text
     assert set(answer.json()) == {"message"} and answer.json()["message"]
+
+
+@pytest.mark.parametrize("streaming", [0, 2])
+def test_aac_is_encoded_or_refused_before_anything_renders(routes, streaming) -> None:
+    """api_v2 pipes each take (or chunk) through ffmpeg for aac; without ffmpeg the gateway
+    says so up front instead of rendering a take it cannot deliver."""
+    upstream, _url, address = routes
+    answer = httpx.post(f"{address}/tts", json=body(media_type="aac",
+                                                      streaming_mode=streaming), timeout=30)
+    if shutil.which("ffmpeg") is None:
+        assert answer.status_code == 400 and "ffmpeg" in answer.json()["message"]
+        assert upstream.calls == []
+    else:
+        assert answer.status_code == 200 and answer.content[:2] in (b"\xff\xf1", b"\xff\xf9")

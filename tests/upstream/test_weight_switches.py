@@ -8,6 +8,7 @@ so every assertion about audio compares with what the upstream itself renders.""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import threading
 import time
@@ -249,20 +250,43 @@ def test_the_reload_record_is_shared_by_every_process_on_the_folder(tmp_path) ->
 
 
 def test_aux_clips_changed_in_place_are_refused_not_rendered_stale(tmp_path) -> None:
-    """api_v2 keeps auxiliary clips by their set of paths and nothing but another set
-    reloads them: a changed aux clip under the same path would be rendered stale."""
+    """api_v2 keeps the aux clips of the last request and reloads them only for another set
+    of paths: the same set with changed content would be rendered stale. Once another set
+    went through, the upstream loads that one afresh, and so the changed one too."""
     with standin(tmp_path) as (upstream, url), \
             gateway(url, upstream.root, tmp_path / "cache") as address:
-        fields = body(aux_ref_audio_paths=["b.wav"])
-        first = httpx.post(f"{address}/tts", json=fields, timeout=30)
+        first = httpx.post(f"{address}/tts", json=body(aux_ref_audio_paths=["b.wav"]),
+                           timeout=30)
         voice(upstream.root / "b.wav", 810)
-        changed = httpx.post(f"{address}/tts", json=fields, timeout=30)
+        changed = httpx.post(f"{address}/tts", json=body(aux_ref_audio_paths=["b.wav"]),
+                             timeout=30)
         shutil.copy(upstream.root / "b.wav", upstream.root / "b2.wav")  # the advised fix
         renamed = httpx.post(f"{address}/tts", json=body(aux_ref_audio_paths=["b2.wav"]),
                              timeout=30)
+        back = httpx.post(f"{address}/tts", json=body(text="Gate nine.",
+                                                      aux_ref_audio_paths=["b.wav"]), timeout=30)
+    fresh = ApiV2(upstream.root, upstream.config)
+    with serve_app(fresh.app) as fresh_url:
+        expected = rendered_now(fresh_url, text="Gate nine.", aux_ref_audio_paths=["b.wav"])
     assert first.status_code == 200 and renamed.status_code == 200, renamed.text
     assert changed.status_code == 400 and "new name" in changed.json()["message"]
-    assert len(upstream.calls) == 2
+    assert back.status_code == 200 and back.headers["X-Cache"] == "MISS"
+    assert pcm_of(back.content) == expected  # b.wav as it is now: another set went between
+    assert len(upstream.calls) == 3
+
+
+def test_aux_clips_loaded_before_a_weight_switch_are_not_used_after_it(tmp_path) -> None:
+    with standin(tmp_path) as (upstream, url), \
+            gateway(url, upstream.root, tmp_path / "cache") as address:
+        fields = body(aux_ref_audio_paths=["b.wav"])
+        assert httpx.post(f"{address}/tts", json=fields, timeout=30).status_code == 200
+        switch(address, "/set_sovits_weights", weights_path=WEIGHTS["sovits_a"])
+        switch(address, "/set_gpt_weights", weights_path=WEIGHTS["gpt_b"])
+        stale = httpx.post(f"{address}/tts", json=fields, timeout=30)
+        other = httpx.post(f"{address}/tts", json=body(), timeout=30)
+        fresh = httpx.post(f"{address}/tts", json=fields, timeout=30)
+    assert stale.status_code == 400 and "weights" in stale.json()["message"]
+    assert other.status_code == 200 and fresh.status_code == 200
 
 
 def test_a_render_keyed_before_a_switch_is_refused_not_stored_under_the_old_key(
@@ -342,3 +366,53 @@ def test_an_unreadable_switch_record_serves_no_old_take(tmp_path) -> None:
     assert first.status_code == 200 and damaged.headers["X-Cache"] == "MISS"
     assert marked.endswith("|state=unreadable")
 
+
+
+def test_a_full_cache_folder_refuses_the_switch_before_sending_it_and_keeps_serving(
+        tmp_path, make_tmpfs) -> None:
+    """A switch that cannot be recorded must not happen (the old revision would name the
+    new weights' takes): it is refused before the upstream hears of it. Renders fail open:
+    served, not stored, with the clip loaded every time (no record can be kept)."""
+    folder = make_tmpfs("cachefs", size="4m")
+    with standin(tmp_path) as (upstream, url), \
+            gateway(url, upstream.root, folder / "cache") as address:
+        assert httpx.post(f"{address}/tts", json=body(), timeout=30).status_code == 200
+        filler = folder / "filler"
+        with filler.open("wb") as out, contextlib.suppress(OSError):
+            while True:
+                out.write(b"\0" * 65536)
+                out.flush()
+        refused = switch(address, "/set_gpt_weights", weights_path=WEIGHTS["gpt_b"])
+        unsent = upstream.configured["t2s_weights_path"]
+        served = httpx.post(f"{address}/tts", json=body(text="While full."), timeout=30)
+        voice(upstream.root / "a.wav", 640)
+        changed = httpx.post(f"{address}/tts", json=body(text="While full."), timeout=30)
+        filler.unlink()
+        accepted = switch(address, "/set_gpt_weights", weights_path=WEIGHTS["gpt_b"])
+    assert refused.status_code == 503 and "cannot record" in refused.json()["message"]
+    assert unsent == WEIGHTS["gpt_a"]  # the upstream never heard of it
+    assert accepted.status_code == 200
+    assert upstream.configured["t2s_weights_path"] == WEIGHTS["gpt_b"]
+    assert served.status_code == 200 and changed.status_code == 200
+    assert pcm_of(changed.content) != pcm_of(served.content)  # the new clip, loaded again
+    assert upstream.reference_loads.count(str(upstream.root / "a.wav")) >= 2
+
+
+def test_a_switch_left_unanswered_serves_no_take_as_either_model(tmp_path) -> None:
+    """The upstream takes longer to load the weights than the gateway waits: whether they
+    loaded is unknown, so a revision no take has stays in force — the next request renders
+    anew (by whatever the upstream runs now), never an old take."""
+    with standin(tmp_path) as (upstream, url), \
+            gateway(url, upstream.root, tmp_path / "cache", upstream_timeout=0.5) as address:
+        old = httpx.post(f"{address}/tts", json=body(), timeout=30)
+        upstream.switch_seconds = 1.5
+        unanswered = switch(address, "/set_gpt_weights", weights_path=WEIGHTS["gpt_b"])
+        wait_until(lambda: upstream.configured["t2s_weights_path"] == WEIGHTS["gpt_b"],
+                   limit=10, what="the upstream to finish loading")
+        time.sleep(0.2)
+        after = httpx.post(f"{address}/tts", json=body(), timeout=30)
+        expected = rendered_now(url)
+        marked = revision(address)
+    assert unanswered.status_code == 502
+    assert after.headers["X-Cache"] == "MISS" and pcm_of(after.content) == expected
+    assert pcm_of(old.content) != expected and "|switching=" in marked

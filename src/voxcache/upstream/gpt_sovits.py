@@ -30,11 +30,11 @@ loaded again. So before a render the gateway makes sure the upstream has the
 clip's current content: a record in the cache folder (shared by every process
 on it) says which content each upstream path had when the gateway last had it
 loaded, and a path whose content differs is reloaded first
-(``GET /set_refer_audio``). Auxiliary clips are cached by the *set* of their
-paths and nothing but another set reloads them, so a request whose aux clips
-changed in place under the same paths is refused (rename the clip, or restart
-the upstream through the gateway: ``/control?command=restart`` empties its
-caches).
+(``GET /set_refer_audio``). Auxiliary clips are kept from the last request and
+reloaded only for another *set* of paths, so a request naming the last set
+after its clips (or the weights) changed is refused (rename the clip, or
+restart the upstream through the gateway: ``/control?command=restart`` empties
+its caches).
 
 Weight switches proxied through the gateway (``/set_gpt_weights`` …, see
 ``gpt_sovits_switches``) change the revision in force; every render holds the
@@ -81,6 +81,8 @@ SEED_LIMIT = 2**32
 """GPT-SoVITS seeds numpy, which takes 0 ≤ seed < 2**32."""
 REFERENCE_RECORD_LIMIT = 4096
 """Paths remembered as loaded; a forgotten one is merely loaded again."""
+AUX_SENT, AUX_LOADED, STALE = "aux:sent", "aux:loaded", "stale"
+"""Entries of the reference record about auxiliary clips (see ``_load_current``)."""
 
 
 def _spec(name: str, kind: str, default: Any, doc: str, *, shapes: bool = True,
@@ -225,22 +227,30 @@ class GptSovitsEngine(UpstreamEngine):
 
     def _load_current(self, path: str, clip: str, aux: list[str], aux_clips: str) -> None:
         """Make the upstream render from the clips' current content, not what it loaded for
-        the same path strings before (see the module's notes)."""
+        the same path strings before (see the module's notes).
+
+        The record maps each upstream path to the content it had when the gateway last had
+        it loaded; ``AUX_SENT`` is the set of aux paths of the last render (api_v2 keeps the
+        aux clips of the last request and reloads them only for another set) and
+        ``AUX_LOADED`` their contents then — ``STALE`` once other weights were loaded."""
         with self._reference_record() as loaded:
-            paths = "aux:" + json.dumps(sorted(set(aux)))
-            if aux and loaded.get(paths, aux_clips) != aux_clips:
+            if loaded is None:  # no record can be kept: the clip is loaded every time
+                self._reload(path)
+                return
+            aux_set = json.dumps(sorted(set(aux)))
+            if aux and loaded.get(AUX_SENT) == aux_set and loaded.get(AUX_LOADED) != aux_clips:
                 raise InvalidParameter(
-                    "an aux_ref_audio_paths clip changed in place since GPT-SoVITS loaded it, "
-                    "and it keeps auxiliary clips by their paths; save the new clip under a "
-                    "new name (or have an admin restart the upstream through "
-                    "/control?command=restart)")
+                    "GPT-SoVITS still holds these aux_ref_audio_paths clips as it loaded them "
+                    "before they (or its weights) changed, and reloads them only for another "
+                    "set of paths; save the changed clip under a new name, or have an admin "
+                    "restart the upstream through /control?command=restart")
             if loaded.get(path) != clip and not self._reload(path):
                 return  # a server without /set_refer_audio: it alone decides what it reuses
-            for name, content in ((path, clip), (paths, aux_clips)) if aux else ((path, clip),):
-                loaded.pop(name, None)  # re-inserted: the oldest entries go first
-                loaded[name] = content
+            loaded.pop(path, None)  # re-inserted: the oldest paths are forgotten first
+            loaded[path] = clip
+            loaded[AUX_SENT], loaded[AUX_LOADED] = aux_set, aux_clips
             while len(loaded) > REFERENCE_RECORD_LIMIT:
-                loaded.pop(next(iter(loaded)))
+                loaded.pop(next(name for name in loaded if name not in (AUX_SENT, AUX_LOADED)))
 
     def _reload(self, path: str) -> bool:
         """``GET /set_refer_audio`` for ``path``; False when the server has no such route."""
@@ -264,7 +274,7 @@ class GptSovitsEngine(UpstreamEngine):
         return True
 
     @contextlib.contextmanager
-    def _reference_record(self) -> Iterator[dict[str, str]]:
+    def _reference_record(self) -> Iterator[dict[str, str] | None]:
         """The shared record once attached to a cache folder; this process's own before."""
         if self.switchboard is not None:
             with self.switchboard.references() as loaded:

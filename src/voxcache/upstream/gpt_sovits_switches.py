@@ -28,12 +28,14 @@ the revision to anyone).
 from __future__ import annotations
 
 import posixpath
+import secrets
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import blake3
 
 from ..errors import InvalidParameter, UpstreamError
+from .gpt_sovits import AUX_LOADED, AUX_SENT, STALE
 
 if TYPE_CHECKING:
     from .gpt_sovits import GptSovitsEngine
@@ -65,28 +67,46 @@ def proxy(engine: GptSovitsEngine, endpoint: str, params: Mapping[str, str]) -> 
         raise InvalidParameter("attach the engine to a cache folder before switching weights")
     if endpoint == "/set_refer_audio":
         answer = engine.client.exchange("GET", endpoint, params=params)
-        board.forget_references()  # whatever it loaded now, the record no longer says
+        # it loaded a main clip (which, the record cannot say); its aux clips are as they were
+        board.forget_references(keep=(AUX_SENT, AUX_LOADED))
         return answer
     command = params.get("command")
     with board.switching(SWITCH_WAIT) as state:
+        # Recorded before it is sent: if the outcome cannot be recorded afterwards (the
+        # folder filled up), a revision no take has stays in force, never the old one.
+        board.commit(_pending(state))
         try:
             answer = engine.client.exchange("GET", endpoint, params=params)
         except UpstreamError as exc:
-            if endpoint == "/control" and command in RESTARTS and _reached(exc):
+            if not _reached(exc):
+                board.commit(state)  # refused at connect: nothing reached the upstream
+            elif endpoint == "/control" and command in RESTARTS:
                 board.commit(after_restart(state))
                 board.forget_references()  # a new process starts with an empty prompt cache
                 return None
+            # else reached but unanswered (timed out, dropped): what it loaded is unknown,
+            # so the pending revision, which no take has, stays in force
             raise
+        restarted = endpoint == "/control" and command in RESTARTS and answer.status_code == 200
         if endpoint in WEIGHTS:
             new = after_switch(state, endpoint, params.get("weights_path"), answer.status_code)
-        elif command in RESTARTS and answer.status_code == 200:
-            new = after_restart(state)
         else:
-            new = state
-        if new != state:
-            board.commit(new)
-            board.forget_references()  # references are processed by the weights in force
+            new = after_restart(state) if restarted else state
+        board.commit(new)
+        if restarted:
+            board.forget_references()
+        elif new != state:  # references are processed by the weights in force: load them again
+            # (api_v2 keeps the aux clips it processed with the old weights: never to be used)
+            board.forget_references(keep=(AUX_SENT,), mark={AUX_LOADED: STALE})
     return answer
+
+
+def _pending(state: Mapping[str, Any]) -> State:
+    """The state while a call is on its way: a revision of its own, used by nothing stored."""
+    pending = _copy(state)
+    pending["in_force"] = {**(state.get("in_force") or {}),
+                           "switching": secrets.token_hex(6)}
+    return pending
 
 
 def after_switch(state: Mapping[str, Any], endpoint: str, path: str | None,

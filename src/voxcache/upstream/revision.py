@@ -29,13 +29,13 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import blake3
 
-from ..errors import Overloaded
+from ..errors import CacheDirError, Overloaded
 from ..fsmode import FILE_MODE, private_dirs, write_private
 
 if TYPE_CHECKING:
@@ -111,11 +111,16 @@ class Switchboard:
 
     def commit(self, state: Mapping[str, Any]) -> None:
         """Record ``state`` (its ``in_force`` names what renders now), put it in force here
-        and tell the other processes. Called inside ``switching``."""
+        and tell the other processes. Called inside ``switching``; a folder that cannot take
+        the record is a ``CacheDirError``."""
         document = {**state, "kind": self.engine.kind, "url": self.engine.url,
                     "changed_at": time.time()}
-        private_dirs(self.path.parent)
-        write_private(self.path, json.dumps(document, sort_keys=True, indent=1).encode())
+        try:
+            private_dirs(self.path.parent)
+            write_private(self.path, json.dumps(document, sort_keys=True, indent=1).encode())
+        except OSError as exc:
+            raise CacheDirError(f"cannot record the upstream's switch state in the cache "
+                                f"folder ({exc.strerror or exc})") from None
         self._seen = None
         self.refresh()
         self.cache.announce("revision", self.engine.id)
@@ -126,10 +131,18 @@ class Switchboard:
     @contextlib.contextmanager
     def rendering(self, revision: str) -> Iterator[None]:
         """Hold off switches while a render keyed with ``revision`` runs; refuse it if a
-        switch has replaced that revision already."""
-        with _flock(self._gate, fcntl.LOCK_SH):
-            pass  # a switch waiting for the renders holds this: new renders queue behind it
-        with _flock(self._renders, fcntl.LOCK_SH):
+        switch has replaced that revision already.
+
+        Fails open: on a cache folder where the lock file cannot be made (full, read-only)
+        the render runs unfenced — no switch can run there either, since a switch must
+        record itself in that folder before it is sent."""
+        with contextlib.ExitStack() as held:
+            try:
+                with _flock(self._gate, fcntl.LOCK_SH):
+                    pass  # a waiting switch holds the gate: new renders queue behind it
+                held.enter_context(_flock(self._renders, fcntl.LOCK_SH))
+            except OSError as exc:
+                log.warning("rendering without the switch fence: %s", exc)
             self.refresh()
             if revision != self.engine.model_revision:
                 raise RevisionChanged(
@@ -142,32 +155,64 @@ class Switchboard:
     def switching(self, wait: float) -> Iterator[dict[str, Any]]:
         """Run a switch alone: no render in flight on this folder, none starting, until the
         block ends. Yields a copy of the current state to edit and ``commit``."""
-        with _flock(self._gate, fcntl.LOCK_EX, wait), _flock(self._renders, fcntl.LOCK_EX, wait):
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(_flock(self._gate, fcntl.LOCK_EX, wait))
+                held.enter_context(_flock(self._renders, fcntl.LOCK_EX, wait))
+            except OSError as exc:
+                raise CacheDirError(f"cannot lock the cache folder for a switch "
+                                    f"({exc.strerror or exc})") from None
             self._seen = None
             self.refresh()
             yield json.loads(json.dumps(self.state))
 
     @contextlib.contextmanager
-    def references(self) -> Iterator[dict[str, str]]:
+    def references(self) -> Iterator[dict[str, str] | None]:
         """The record of which content the upstream last loaded for each reference path,
-        held exclusively: edits made in the block are written back."""
-        with _flock(self._references_lock, fcntl.LOCK_EX):
-            try:
-                loaded = json.loads(self.references_path.read_bytes())
-                if not isinstance(loaded, dict):
-                    loaded = {}
-            except (OSError, ValueError):
-                loaded = {}  # unknown: every path is loaded again, which is always safe
+        held exclusively: edits made in the block are written back. None when the record
+        cannot be kept (a full or read-only cache folder): then load every path again."""
+        with contextlib.ExitStack() as held:
+            loaded = self._open_references(held)
+            if loaded is None:
+                yield None
+                return
             before = dict(loaded)
             yield loaded
             if loaded != before:
-                private_dirs(self.references_path.parent)
-                write_private(self.references_path, json.dumps(loaded).encode())
+                self._write_references(loaded)
 
-    def forget_references(self) -> None:
-        """The upstream dropped (or must rebuild) its prompt cache: load every path again."""
+    def _open_references(self, held: contextlib.ExitStack) -> dict[str, str] | None:
+        folder = self.references_path.parent
+        try:
+            private_dirs(folder)
+            held.enter_context(_flock(self._references_lock, fcntl.LOCK_EX))
+            if not os.access(folder, os.W_OK):
+                return None  # a record that cannot follow the upstream must not be trusted
+            loaded = json.loads(self.references_path.read_bytes())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError):
+            return None
+        return loaded if isinstance(loaded, dict) else {}
+
+    def _write_references(self, loaded: dict[str, str]) -> None:
+        try:
+            write_private(self.references_path, json.dumps(loaded).encode())
+        except OSError as exc:  # an out-of-date record would skip a needed reload: drop it
+            log.warning("cannot keep the upstream's reference record (%s): every path will "
+                        "be loaded again", exc)
+            with contextlib.suppress(OSError):
+                os.unlink(self.references_path)
+
+    def forget_references(self, *, keep: Collection[str] = (),
+                          mark: Mapping[str, str] | None = None) -> None:
+        """The upstream dropped (or must rebuild) its prompt cache: load every path again.
+        ``keep``: entries it still holds as recorded; ``mark``: entries to set."""
         with self.references() as loaded:
-            loaded.clear()
+            if loaded is not None:
+                kept = {name: loaded[name] for name in keep if name in loaded}
+                loaded.clear()
+                loaded.update(kept | dict(mark or {}))
 
 
 @contextlib.contextmanager

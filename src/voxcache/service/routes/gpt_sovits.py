@@ -112,6 +112,8 @@ async def _tts(request: Request, fields: dict[str, Any]) -> Response:
                                            _references(request))
         else:
             call = tts_call(fields, engine, tenant)
+        if call.media_type == "aac":
+            _ffmpeg()  # refused before rendering, not after
         if call.streaming:
             return await _streamed(request, call)
         served = await serve(request, call.request, "gpt-sovits")
@@ -196,14 +198,19 @@ def _pack(audio: Audio, media_type: str) -> bytes:
         samples = audio.samples().reshape(-1, audio.channels)
         soundfile.write(buffer, samples, audio.sample_rate, format="OGG", subtype="VORBIS")
         return buffer.getvalue()
-    ffmpeg = shutil.which("ffmpeg")
-    if ffmpeg is None:
-        raise UnsupportedFeature("media_type aac needs ffmpeg, which this server lacks; "
-                                 "use wav, raw or ogg")
-    command = [ffmpeg, "-loglevel", "error", "-f", "s16le", "-ar", str(audio.sample_rate),
+    command = [_ffmpeg(), "-loglevel", "error", "-f", "s16le", "-ar", str(audio.sample_rate),
                "-ac", str(audio.channels), "-i", "pipe:0", "-c:a", "aac", "-b:a", "192k",
                "-f", "adts", "pipe:1"]
     done = subprocess.run(command, input=audio.pcm, capture_output=True, check=False)
     if done.returncode != 0:
         raise UnsupportedFeature(f"aac encoding failed: {done.stderr.decode()[-200:]}")
     return done.stdout
+
+
+def _ffmpeg() -> str:
+    """ffmpeg, which aac needs (as api_v2 does), or a refusal naming what works without it."""
+    ffmpeg = shutil.which("ffmpeg")
+    if ffmpeg is None:
+        raise UnsupportedFeature("media_type aac needs ffmpeg, which this server lacks; "
+                                 "use wav, raw or ogg")
+    return ffmpeg
