@@ -21,7 +21,7 @@ import blake3
 
 from ..cache import Cache
 from ..entry import CorruptEntry, EntryHeader, decode
-from ..errors import NotFound, VoxcacheError
+from ..errors import NotFound, Overloaded
 from ..tiers.entry_files import NotAnEntryFile, read_entry_file
 from ..tiers.index import IndexRow
 from .container import MANIFEST, SIGNATURE, PackWriter
@@ -33,8 +33,9 @@ Progress = Callable[[int, int], None]
 """Called with (entries done, bytes done) after each entry is written."""
 
 
-class PackChanged(VoxcacheError):
-    """An entry changed between the two passes of an export (evicted or re-rendered)."""
+class PackChanged(Overloaded):
+    """An entry changed between the two passes of an export (evicted or re-rendered): a
+    moment's conflict, so "try again" (503 + Retry-After over HTTP, exit code 1)."""
 
 
 @dataclass(slots=True)
@@ -48,7 +49,6 @@ class Exported:
     bytes: int
     left_out: dict[str, str] = field(default_factory=dict)
     """Selected keys that were not shipped, with why (damaged, expired, gone)."""
-    manifest: Manifest | None = None
 
     def describe(self) -> dict[str, Any]:
         """A JSON summary (``pack export --json``, the center's pack descriptor)."""
@@ -100,14 +100,13 @@ def write(cache: Cache, manifest: Manifest, key: SigningKey, out: BinaryIO,
         blob, _, reason = _read_verified(cache, line.key, line.kind, None)
         if blob is None or blake3.blake3(blob).hexdigest() != line.blake3:
             raise PackChanged(f"entry {line.key} changed while the pack was written "
-                              f"({reason or 'another take'}); export again")
+                              f"({reason or 'another take'}); export again", retry_after=1)
         writer.add(line.member, blob, line.created)
         done_bytes += len(blob)
         if progress is not None:
             progress(done, done_bytes)
     writer.close()
-    return Exported(digest(manifest_bytes), key.id, len(manifest.lines), done_bytes,
-                    manifest=manifest)
+    return Exported(digest(manifest_bytes), key.id, len(manifest.lines), done_bytes)
 
 
 def export_pack(cache: Cache, out: BinaryIO, selection: Selection, key: SigningKey, *,
