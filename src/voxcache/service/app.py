@@ -69,6 +69,12 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
     app.add_middleware(BodyLimit, options=options)
     app.add_middleware(StoredAudioFastPath)  # outermost: memory hits skip everything else
     app.add_middleware(AccessLog, enabled=options.access_log)  # sees the fast path's answers too
+    # -- the operator's dashboard (issue 13): workers' shared history, response timing,
+    #    /v1/dashboard and this worker's sampler (outermost: it times the fast path too) --
+    from .dashboard import install as install_dashboard
+
+    install_dashboard(app, settings)
+    # -- end of the operator's dashboard --
     return app
 
 

@@ -1,0 +1,50 @@
+"""How long each audio response took, hits and misses apart (``voxcache_request_seconds``).
+
+Time to first audio says when a listener starts hearing; an operator also needs
+the whole answer's time, split by how it was served, to see hits stay fast while
+misses queue. Measured here, outermost, from the request's arrival to its last
+body byte handed to the server — so the stored-audio fast path and streamed
+renders are timed like everything else, and no route has to remember to do it.
+Only responses that say how they were served (an ``X-Cache`` header) are timed.
+"""
+
+from __future__ import annotations
+
+import time
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .metrics import Metrics
+
+STATUSES = frozenset({"HIT", "MISS", "JOINED", "PARTIAL", "STALE", "BYPASS", "FALLBACK"})
+"""X-Cache values recorded as they are (anything else is ``OTHER``: a label set stays small
+whatever a response carries)."""
+
+
+class ResponseTiming:
+    """Pure ASGI middleware: observe each audio response's duration under its X-Cache."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status: list[str] = []
+
+        async def timed_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                for name, value in message.get("headers", ()):
+                    if name.lower() == b"x-cache":
+                        cache = value.decode("latin-1").upper()
+                        status.append(cache if cache in STATUSES else "OTHER")
+                        break
+            await send(message)
+            if (status and message["type"] == "http.response.body"
+                    and not message.get("more_body", False)):
+                self.metrics.answered(status.pop(), time.perf_counter() - started)
+
+        await self.app(scope, receive, timed_send)
