@@ -2,6 +2,6 @@
 # Install everything (system packages, venv, extras) and run the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VOXCACHE_EXTRAS=all,test bash scripts/setup.sh sox:sox chromium:chromium nginx:nginx wrk:wrk
+VOXCACHE_EXTRAS=all,test bash scripts/setup.sh sox:sox chromium:chromium nginx:nginx wrk:wrk prometheus:prometheus promtool:prometheus
 .venv/bin/ruff check src tests bench
 exec .venv/bin/python -m pytest -q "$@"
