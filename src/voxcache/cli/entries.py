@@ -26,6 +26,7 @@ from ..tiers.lifecycle import rebuild_index, reconcile
 from ..usage import DB_NAME as USAGE_DB
 from .common import print_json, read_only_db, settings_from
 from .keys import resolve_key, short_key
+from .progress import progress
 
 console = Console()
 
@@ -110,9 +111,14 @@ def gc(args: argparse.Namespace) -> int:
     try:
         cache.disk.flush()
         index = cache.disk.index
-        checked = rebuild_index(cache.root, index) if args.rebuild_index else reconcile(
-            cache.root, index)
-        evicted = cache.gc()
+        with progress(as_json=args.json) as bars:  # a bar on a terminal only
+            files = bars.task("rebuilding the index" if args.rebuild_index else
+                              "checking unindexed files")
+            checked = rebuild_index(cache.root, index, files.report) if args.rebuild_index \
+                else reconcile(cache.root, index, files.report)
+            evicting = bars.task("evicting (TTL, caps)")
+            evicted = cache.gc()
+            evicting.update(completed=1, total=1)
         total_bytes, entries = cache.disk.index.totals()
         limits = cache.limits
     finally:

@@ -15,12 +15,11 @@ import argparse
 from collections import defaultdict
 from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
 from ..errors import NotFound, VoxcacheError
 from ..upgrades import DB_NAME as ALIASES_DB
 from ..usage import Usage, request_from_payload
-from .common import FAILED, OK, print_json, progress_console, read_only_db, settings_from
+from .common import FAILED, OK, print_json, read_only_db, settings_from
+from .progress import progress
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -69,14 +68,12 @@ def rerender(args: argparse.Namespace) -> int:
             if not rows:
                 _check_known(cached, args.from_revision)
                 summary["note"] = "no request asked under that revision is recorded"
-        columns = (TextColumn("re-rendering"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("{task.fields[text]}"), TimeRemainingColumn())
-        with Progress(*columns, console=progress_console, disable=args.json) as progress:
-            task = progress.add_task("rerender", total=len(rows), text="")
+        with progress(as_json=args.json) as bars:  # a bar on a terminal only
+            task = bars.task("re-rendering", total=len(rows))
             for row in rows:
-                progress.update(task, text=str(row["text"])[:40])
+                task.update(note=str(row["text"])[:40])
                 _one(cached, row, summary)
-                progress.advance(task)
+                task.advance()
     finally:
         cached.usage.flush()
         cached.cache.close()

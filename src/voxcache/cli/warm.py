@@ -24,7 +24,8 @@ from typing import Any
 
 from ..errors import InvalidParameter, VoxcacheError
 from ..request import SynthesisRequest
-from .common import FAILED, OK, print_json, progress_console, settings_from, warn
+from .common import FAILED, OK, print_json, settings_from, warn
+from .progress import progress
 
 FIELDS = {"text", "voice", "language", "instruct", "seed", "speed", "params", "ttl", "pin",
           "prompt_text"}
@@ -89,8 +90,6 @@ def speaks(languages: Sequence[str], language: str | None) -> bool:
 
 def warm(args: argparse.Namespace) -> int:
     """Render what is missing, pin what is asked; exit 1 if a phrase the engine speaks failed."""
-    from rich.progress import Progress
-
     from ..runtime import open_cached_engine
 
     if args.from_top_misses:
@@ -116,8 +115,8 @@ def warm(args: argparse.Namespace) -> int:
         languages = warmer.engine.languages
     unspoken: Counter[str] = Counter()
     try:
-        with Progress(console=progress_console, disable=args.json) as progress:
-            task = progress.add_task("warming", total=len(phrases))
+        with progress(as_json=args.json) as bars:  # a bar on a terminal only
+            task = bars.task("warming", total=len(phrases))
             for phrase in phrases:
                 if languages is not None and not speaks(languages, phrase.get("language")):
                     unspoken[str(phrase["language"])] += 1
@@ -125,7 +124,7 @@ def warm(args: argparse.Namespace) -> int:
                     warmer.warm(phrase, args.pin, summary)
                 else:
                     _warm_one(warmer, phrase, args.pin, summary)
-                progress.advance(task)
+                task.advance()
     finally:
         warmer.close() if args.server else warmer.cache.close()
     summary["skipped"], summary["skipped_languages"] = unspoken.total(), dict(unspoken)

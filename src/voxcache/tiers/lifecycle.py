@@ -15,6 +15,7 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -211,8 +212,12 @@ def _stored_files(root: Path) -> dict[str, Path]:
     return found
 
 
-def reconcile(root: Path, index: Index) -> dict[str, int]:
-    """Make the index match the files: add missing rows, drop rows without files."""
+def reconcile(root: Path, index: Index,
+              progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+    """Make the index match the files: add missing rows, drop rows without files.
+
+    ``progress(done, total)`` is told how many of the unindexed files have been verified
+    (a rebuilt index verifies every file: minutes for a large folder)."""
     # Index first, files second: a writer publishes its file before its row, so a row
     # that appears between the two reads always has its file in the walk.
     indexed = {row[0] for row in index.query("SELECT key FROM entries")}
@@ -222,7 +227,10 @@ def reconcile(root: Path, index: Index) -> dict[str, int]:
         index.remove(stale)
     added = quarantined = 0
     batch: list[IndexRow] = []
-    for key in set(files) - indexed:
+    unindexed = set(files) - indexed
+    for done, key in enumerate(unindexed):
+        if progress is not None:
+            progress(done, len(unindexed))
         row = _row_of_file(root, index, key, files[key])
         if row is None:
             quarantined += 1
@@ -232,15 +240,18 @@ def reconcile(root: Path, index: Index) -> dict[str, int]:
             added += index.add_many(batch)
             batch = []
     added += index.add_many(batch) if batch else 0
+    if progress is not None:
+        progress(len(unindexed), len(unindexed))
     return {"added": added, "dropped": len(stale), "quarantined": quarantined,
             "temp_removed": sweep_temp_files(root), "locks_removed": sweep_lock_files(root)}
 
 
-def rebuild_index(root: Path, index: Index) -> dict[str, int]:
+def rebuild_index(root: Path, index: Index,
+                  progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
     """Rebuild the index from scratch from the files (counters are kept)."""
     with index.transaction() as db:
         db.execute("DELETE FROM entries")
-    return reconcile(root, index)
+    return reconcile(root, index, progress)
 
 
 def _row_of_file(root: Path, index: Index, key: str, path: Path) -> IndexRow | None:
