@@ -1,64 +1,80 @@
-"""The request path: resolve → key → tiers → single-flight → engine → write-through.
+"""The one orchestrator: every decision about a request, in the order it is made.
 
-``CachedEngine.synthesize`` reads top-down: a hit returns from the fastest tier;
-a miss joins the key's flight (in-process) or leads it, takes the key's
-cross-process lock, checks the disk again (another process may have rendered
-while we waited), and only then calls the engine, once.
+    resolve → key → cache mode → seed policy → tiers → model policy → segments
+          → single flight → cross-process lock → render slot → engine → write-through
+
+``CachedEngine`` owns all of it. The policies (``voxcache.policies``) decide what
+a request gets behind the narrow ``Pipeline`` interface, which this class
+implements; the tiers (``voxcache.cache``) store; the engine renders. One path,
+three forms:
+
+- ``synthesize(request)`` → ``Result``: the caller's thread does the work
+  (library, CLI, warm); ``stream(request)`` yields the same take chunk by chunk.
+- ``await take(request, stream=…)`` → ``Take``: the asyncio form the service uses.
+  Memory hits and joins of a render already in flight are answered on the event
+  loop; the slower tiers are read in the I/O pool; anything else runs the
+  synchronous path in a miss thread (``scheduling.Admission``), where it waits
+  for a render slot only if it really renders. So a hit never queues behind a
+  miss, and a streamed miss hands each chunk over as the engine yields it, to
+  its caller and to every joiner alike.
 """
 
 from __future__ import annotations
 
 import asyncio
+import queue
+import threading
 import time
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import Future
+from contextlib import AbstractContextManager
+from dataclasses import replace
+from typing import Any, Protocol
 
 from .audio import Audio
 from .cache import Cache
 from .engine import Engine, render_chunks
 from .entry import Entry, audio_entry
+from .errors import InvalidParameter
 from .key import canonical_bytes, digest, key_payload
-from .request import DEFAULT_MAX_TEXT_CHARS, ResolvedRequest, SynthesisRequest, resolve
+from .outcome import NO_PROGRESS, Progress, Result, Take, seconds_since
+from .policies import segments
+from .policies.seeds import SeedPolicy, TakePools, bypass, describe, parse_seed_policy
+from .policies.upgrades import Upgrades, parse_model_policy
+from .policies.usage import Usage
+from .request import DEFAULT_MAX_TEXT_CHARS, SynthesisRequest, resolve
+from .resolved import ResolvedRequest
+from .scheduling import Admission
 from .singleflight import Flight, FlightGroup, key_lock
-from .takes import SeedPolicy, TakePools, parse_seed_policy
-from .upgrades import Aliases, Revalidator, parse_model_policy
-from .usage import Usage
+
+__all__ = ["MODES", "CachedEngine", "Observer", "Result", "Take"]
 
 DEFAULT_LOCK_WAIT = 120.0
 KEY_MEMO_SIZE = 4096
+FOLLOW_POLL = 0.005
+"""Seconds between checks of a flight for new chunks on the event loop (bounds the time to
+first audio a joiner adds)."""
+MODES = ("use", "bypass", "refresh")
+"""Cache modes: ``use`` (default), ``bypass`` (render, neither read nor store),
+``refresh`` (drop the stored take, render and store a new one)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Result:
-    """A take and how it was served."""
+class Observer(Protocol):
+    """Who wants to hear about hits and renders (the service's metrics)."""
 
-    entry: Entry
-    key: str
-    cache: str
-    """``hit``, ``miss``, ``joined`` (another caller's render was shared), ``partial``
-    (some sentences cached, the rest rendered), ``stale`` (an older model's take,
-    re-rendering in the background) or ``bypass`` (rendered, not stored)."""
-    tier: str
-    """``memory``, ``disk`` or ``engine``."""
-    seconds: float
-    stored: bool = True
-    """False when the take could not be cached (disk full) and was served anyway."""
-    segments_hit: int = 0
-    """Segment mode: sentences served from the cache (0 when the request stayed whole)."""
-    segments_rendered: int = 0
-    """Segment mode: sentences this request had the engine render."""
-    take: int | None = None
-    """Under a ``variants:N`` seed policy, which of the N takes this is."""
+    def hit(self, tier: str, entry: Entry) -> None:
+        """A take was served from ``tier``."""
 
-    @property
-    def audio(self) -> Audio:
-        """The take as canonical PCM."""
-        return self.entry.audio()
+    def rendered(self, seconds: float, failed: bool) -> None:
+        """The engine ran for ``seconds`` (and failed, or not)."""
 
-    @property
-    def wav(self) -> bytes:
-        """The take as a WAV file (the stored bytes, envelope chunk included)."""
-        return self.entry.blob
+
+class _Unobserved:
+    def hit(self, tier: str, entry: Entry) -> None:
+        return None
+
+    def rendered(self, seconds: float, failed: bool) -> None:
+        return None
 
 
 class CachedEngine:
@@ -67,35 +83,61 @@ class CachedEngine:
     def __init__(self, engine: Engine, cache: Cache, *, lock_wait: float = DEFAULT_LOCK_WAIT,
                  max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
                  flights: FlightGroup | None = None, segments: bool = False,
-                 seed_policy: str = "pin", model_policy: str = "strict") -> None:
+                 seed_policy: str = "pin", model_policy: str = "strict",
+                 admission: Admission | None = None, observer: Observer | None = None
+                 ) -> None:
         self.engine = engine
         self.cache = cache
         self.lock_wait = lock_wait
         self.max_text_chars = max_text_chars
         self.flights = flights or FlightGroup()
-        self._waveform = frozenset(n for n, s in engine.params.items() if s.shapes_waveform)
+        self.waveform = frozenset(n for n, s in engine.params.items() if s.shapes_waveform)
         self._key_memo: dict[tuple[str, tuple[Any, ...]], tuple[ResolvedRequest, str]] = {}
         self.segments = segments
-        """Serve multi-sentence misses from cached sentences (see ``voxcache.segments``)."""
+        """Serve multi-sentence misses from cached sentences (see ``policies.segments``)."""
         if segments:
-            from .segments import check_engine
-
-            check_engine(engine)
+            _check_segments(engine)
         self.seed_policy = parse_seed_policy(seed_policy)
-        self.model_policy = parse_model_policy(model_policy)
         self.takes = TakePools()
-        self.aliases = Aliases(cache.root)
-        self.revalidator = Revalidator()
-        self.usage = Usage(cache.root, self._waveform)
+        self.upgrades = Upgrades(cache.root, model_policy)
+        self.usage = Usage(cache.root, self.waveform)
+        self.admission = admission or Admission.unbounded()
+        self.observer: Observer = observer or _Unobserved()
+        self._pending: dict[str, Future[Result]] = {}
+        """Misses started by ``take`` on the event loop, by key: later callers share them
+        instead of each filling a place in the admission queue."""
 
-    # -- keys ----------------------------------------------------------------
+    @property
+    def model_policy(self) -> str:
+        """``strict`` or ``stale-while-revalidate``."""
+        return self.upgrades.policy
+
+    @model_policy.setter
+    def model_policy(self, policy: str) -> None:
+        self.upgrades.policy = parse_model_policy(policy)
+
+    @property
+    def revalidator(self) -> Any:
+        """The background re-renders of stale takes (``wait_idle`` is handy in tests)."""
+        return self.upgrades.revalidator
+
+    def attach(self, admission: Admission, observer: Observer) -> None:
+        """Run under a server's admission control and report to its metrics."""
+        self.admission = admission
+        self.observer = observer
+
+    # -- keys ----------------------------------------------------------------------------
     def resolve(self, request: SynthesisRequest) -> ResolvedRequest:
         """Validate and canonicalise a request for this engine."""
         return resolve(request, self.engine, self.max_text_chars)
 
+    def key_payload(self, resolved: ResolvedRequest, kind: str = "audio") -> dict[str, Any]:
+        """What is hashed into a resolved request's key (what ``explain`` shows)."""
+        return key_payload(resolved, self.waveform, kind)
+
     def key_of(self, resolved: ResolvedRequest) -> str:
         """Return the content address of a resolved request's audio."""
-        return digest(key_payload(resolved, self._waveform))
+        return digest(key_payload(resolved, self.waveform))
 
     def resolve_and_key(self, request: SynthesisRequest) -> tuple[ResolvedRequest, str]:
         """Resolve and key a request, memoised: repeated requests skip both steps.
@@ -121,97 +163,245 @@ class CachedEngine:
             self._key_memo[memo_key] = known
         return known
 
-    def explain(self, request: SynthesisRequest) -> dict[str, Any]:
-        """Return the canonical payload that is hashed, its bytes and the key."""
-        from .segments import plan
-        from .takes import describe
-
-        resolved = self.resolve(request)
-        payload = key_payload(resolved, self._waveform)
-        key = digest(payload)
-        policy = self.seed_policy_for(request)
-        whole = not self.segments or (resolved.seed is None and policy.mode != "pin")
-        segments = None if whole else plan(self, resolved)
-        return {"key": key, "payload": payload, "canonical": canonical_bytes(payload).decode(),
-                "seed_policy": describe(self, resolved, key, policy),
-                "model_policy": self.model_policy,
-                "segments": None if segments is None else [
-                    {"text": s.resolved.text, "key": s.key} for s in segments]}
-
-    # -- the path ------------------------------------------------------------
-    def synthesize(self, request: SynthesisRequest) -> Result:
-        """Return the take for ``request``, rendering it only if no tier has it."""
-        started = time.perf_counter()
-        resolved, key = self.resolve_and_key(request)
-        if resolved.seed is None and self.seed_policy_for(request).mode != "pin":
-            return self.takes.serve(self, resolved, key, self.seed_policy_for(request), started)
-        return self._lookup_then_miss(resolved, key, started)
-
-    async def asynthesize(self, request: SynthesisRequest) -> Result:
-        """Asyncio twin: memory hits and joins stay on the loop; the rest runs in a thread."""
-        started = time.perf_counter()
-        resolved, key = self.resolve_and_key(request)
-        if resolved.seed is None and self.seed_policy_for(request).mode != "pin":
-            return await asyncio.to_thread(self.synthesize, request)
-        entry = self.cache.memory.get(key)
-        if entry is not None:
-            self.cache.count("hits_memory")
-            self.usage.asked(resolved, key, hit=True)
-            return Result(entry, key, "hit", "memory", time.perf_counter() - started)
-        flight = self.flights.get(key)
-        if flight is not None:
-            # shield: a waiter that times out must not cancel the render others share
-            shared = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(flight.future)),
-                                            self.lock_wait)
-            self.cache.count("joins")
-            return replace(shared, cache="joined", seconds=time.perf_counter() - started)
-        return await asyncio.to_thread(self._lookup_then_miss, resolved, key, started)
-
-    def _lookup_then_miss(self, resolved: ResolvedRequest, key: str, started: float) -> Result:
-        """The fastest tier holding ``key``, else the miss path."""
-        found = self.cache.get(key)
-        if found is not None:
-            self.cache.count(f"hits_{found[1]}")
-            self.usage.asked(resolved, key, hit=True)
-            return Result(found[0], key, "hit", found[1], time.perf_counter() - started)
-        return self._serve_miss(resolved, key, started)
-
     def seed_policy_for(self, request: SynthesisRequest) -> SeedPolicy:
         """The request's own seed policy, else this engine's (parsing is memoised)."""
         return parse_seed_policy(request.seed_policy) if request.seed_policy else self.seed_policy
 
-    def _serve_miss(self, resolved: ResolvedRequest, key: str, started: float) -> Result:
+    def explain(self, request: SynthesisRequest) -> dict[str, Any]:
+        """Return the canonical payload that is hashed, its bytes and the key."""
+        resolved = self.resolve(request)
+        payload = self.key_payload(resolved)
+        key = digest(payload)
+        policy = self.seed_policy_for(request)
+        plan = None if not self._uses_pin(request, resolved) or not self.segments else (
+            segments.plan(self, resolved))
+        return {"key": key, "payload": payload, "canonical": canonical_bytes(payload).decode(),
+                "seed_policy": describe(resolved, key, policy),
+                "model_policy": self.model_policy,
+                "segments": None if plan is None else [
+                    {"text": s.resolved.text, "key": s.key} for s in plan]}
+
+    def _uses_pin(self, request: SynthesisRequest, resolved: ResolvedRequest) -> bool:
+        """True unless an unseeded request falls to a bypass or variants seed policy."""
+        return resolved.seed is not None or self.seed_policy_for(request).mode == "pin"
+
+    # -- the path, synchronous ---------------------------------------------------------------
+    def synthesize(self, request: SynthesisRequest, *, mode: str = "use",
+                   progress: Progress = NO_PROGRESS) -> Result:
+        """Return the take for ``request``, rendering it only if no tier has it."""
+        started = time.perf_counter()
+        resolved, key = self.resolve_and_key(request)
+        return self._serve(request, resolved, key, mode, started, progress)
+
+    def _serve(self, request: SynthesisRequest, resolved: ResolvedRequest, key: str,
+               mode: str, started: float, progress: Progress) -> Result:
+        """Every decision, in order: cache mode, seed policy, tiers, then the miss path."""
+        if mode == "bypass":
+            return bypass(self, resolved, key, started, progress)
+        if mode == "refresh":
+            self.cache.delete(key)
+        elif mode != "use":
+            raise InvalidParameter(f"cache mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if not self._uses_pin(request, resolved):  # the take pool decides, not take 0 alone
+            return self.takes.serve(self, resolved, key, self.seed_policy_for(request),
+                                    started, progress)
+        found = self.lookup(key)
+        if found is not None:
+            return self.hit(resolved, key, found, started)
+        return self._miss(resolved, key, started, progress)
+
+    def _miss(self, resolved: ResolvedRequest, key: str, started: float,
+              progress: Progress) -> Result:
         """A request-key miss: an older model's take (SWR), cached sentences, else the engine."""
-        from .segments import serve as serve_segments
-        from .upgrades import record, serve_stale
-
-        self.usage.asked(resolved, key, hit=False)
-        if self.model_policy != "strict":
-            stale = serve_stale(self, resolved, key, started)
-            if stale is not None:
-                return stale
+        self.asked(resolved, key, hit=False)
+        stale = self.upgrades.serve_stale(self, resolved, key, started)
+        if stale is not None:
+            return stale
         if self.segments:
-            result = serve_segments(self, resolved, key, started)
+            result = segments.serve(self, resolved, key, started, progress=progress)
             if result is not None:
-                record(self, resolved, key)
+                self.remember(resolved, key)
                 return result
-        return self._miss(resolved, key, started)
+        return self.render_once(resolved, key, started, progress)
 
-    def _miss(self, resolved: ResolvedRequest, key: str, started: float) -> Result:
+    def stream(self, request: SynthesisRequest) -> Iterator[Audio]:
+        """Yield the take for ``request`` chunk by chunk, as soon as each exists (stored
+        sentences at once, rendered ones as the engine yields them)."""
+        arrivals: queue.Queue[Any] = queue.Queue()
+        done = object()
+
+        class Relay:
+            def begin(self, cache: str, tier: str, segments: Any = None) -> None:
+                return None
+
+            def chunk(self, audio: Audio) -> None:
+                arrivals.put(audio)
+
+        def work() -> None:
+            try:
+                arrivals.put((done, self.synthesize(request, progress=Relay())))
+            except BaseException as exc:  # handed to the consumer, raised there
+                arrivals.put((done, exc))
+
+        threading.Thread(target=work, name="voxcache-stream", daemon=True).start()
+        sent = 0
+        while True:
+            item = arrivals.get(timeout=self.lock_wait)
+            if isinstance(item, tuple) and item[0] is done:
+                if isinstance(item[1], BaseException):
+                    raise item[1]
+                if not sent:  # served whole (a hit, a stale take): one chunk
+                    yield item[1].audio
+                return
+            sent += 1
+            yield item
+
+    # -- the path, asyncio -----------------------------------------------------------------
+    async def take(self, request: SynthesisRequest, *, mode: str = "use", stream: bool = False,
+                   timeout: float | None = None,
+                   resolved: tuple[ResolvedRequest, str] | None = None) -> Take:
+        """The take for ``request``; with ``stream`` a miss returns before its render ends.
+
+        ``timeout`` bounds each wait (for the take, or for each next chunk); a caller
+        that gives up never cancels a render others share.
+        """
+        started = time.perf_counter()
+        resolved_request, key = resolved or await self.aresolve_and_key(request)
+        shared = mode == "use" and self._uses_pin(request, resolved_request)
+        if shared:
+            fast = await self._on_the_loop(resolved_request, key, started, stream, timeout)
+            if fast is not None:
+                return fast
+            pending = self._pending.get(key)  # checked again after the disk read's await
+            if pending is not None:
+                return await self._join(pending, key, started, stream, timeout)
+        channel = _Channel(asyncio.get_running_loop()) if stream else None
+        future = self.admission.submit(self._serve, request, resolved_request, key, mode,
+                                       started, channel or NO_PROGRESS)
+        if shared:
+            self._pending[key] = future
+            future.add_done_callback(lambda done: self._forget_pending(key, done))
+        if channel is None:
+            return self._whole(await _wait(future, timeout))
+        future.add_done_callback(channel.finish)
+        return await channel.take(key, self.engine.sample_rate, timeout)
+
+    def _forget_pending(self, key: str, future: Future[Result]) -> None:
+        if self._pending.get(key) is future:
+            del self._pending[key]
+
+    async def _join(self, pending: Future[Result], key: str, started: float, stream: bool,
+                    timeout: float | None) -> Take:
+        """Share a miss another caller on this loop already started: its flight, once its
+        miss thread leads one (streamed), else its result."""
+        self.count("joins")
+        if stream:
+            while not pending.done():
+                flight = self.flights.get(key)
+                if flight is not None:
+                    return Take(key, "JOINED", "engine", self.engine.sample_rate, 1,
+                                source=_follow(flight, timeout))
+                await asyncio.sleep(FOLLOW_POLL)
+        result = await _wait(pending, timeout)
+        return self._whole(replace(result, cache="joined", seconds=seconds_since(started)))
+
+    async def asynthesize(self, request: SynthesisRequest, *, mode: str = "use") -> Result:
+        """Asyncio twin of ``synthesize``."""
+        take = await self.take(request, mode=mode, timeout=self.lock_wait)
+        assert take.result is not None
+        return take.result
+
+    async def aresolve_and_key(self, request: SynthesisRequest) -> tuple[ResolvedRequest, str]:
+        """``resolve_and_key`` off the loop when a reference clip must be decoded."""
+        if request.reference_audio is not None:
+            return await self.admission.read(self.resolve_and_key, request)
+        return self.resolve_and_key(request)
+
+    async def stored_take(self, resolved: ResolvedRequest) -> Take | None:
+        """A stored take of ``resolved``, or None: never renders (a voice kept only as a
+        fingerprint, in privacy mode, can be served only from what is stored)."""
+        started = time.perf_counter()
+        key = self.key_of(resolved)
+        entry = self.cache.memory.get(key)
+        tier = "memory"
+        if entry is None:
+            entry, tier = await self.admission.read(self.cache.read_disk, key), "disk"
+        if entry is None:
+            return None
+        return self._whole(self.hit(resolved, key, (entry, tier), started))
+
+    async def _on_the_loop(self, resolved: ResolvedRequest, key: str, started: float,
+                           stream: bool, timeout: float | None) -> Take | None:
+        """Memory on the loop, then a render in flight, then the slower tiers in the I/O pool."""
+        entry = self.cache.memory.get(key)
+        if entry is not None:
+            return self._whole(self.hit(resolved, key, (entry, "memory"), started))
+        flight = self.flights.get(key)
+        if flight is not None:
+            self.count("joins")
+            if stream:
+                return Take(key, "JOINED", "engine", self.engine.sample_rate, 1,
+                            source=_follow(flight, timeout))
+            shared = await _wait(flight.future, timeout)
+            return self._whole(replace(shared, cache="joined", seconds=seconds_since(started)))
+        entry = await self.admission.read(self.cache.read_disk, key)
+        if entry is not None:
+            return self._whole(self.hit(resolved, key, (entry, "disk"), started))
+        return None
+
+    @staticmethod
+    def _whole(result: Result) -> Take:
+        header = result.entry.header
+        split = result.segments_hit + result.segments_rendered
+        return Take(result.key, result.cache.upper(), result.tier, header.sample_rate,
+                    header.channels, result=result,
+                    segments=(result.segments_hit, result.segments_rendered) if split else None)
+
+    # -- the pipeline (what policies may use) --------------------------------------------------
+    def lookup(self, key: str) -> tuple[Entry, str] | None:
+        """(entry, tier) from the fastest tier holding ``key`` (promoted upwards)."""
+        return self.cache.get(key)
+
+    def reread(self, key: str) -> Entry | None:
+        """A read below the memory tier (after a lock: another process may have stored it)."""
+        return self.cache.read_disk(key)
+
+    def lock(self, key: str) -> AbstractContextManager[bool]:
+        """The key's cross-process lock (failing open on a read-only or full folder)."""
+        return key_lock(self.cache.root / "locks", key, self.lock_wait,
+                        on_fault=self.cache.lock_fault)
+
+    def render(self, resolved: ResolvedRequest) -> Iterator[Audio]:
+        """The engine's chunks, inside a render slot, counted and observed."""
+        with self.admission.slot():
+            started = time.perf_counter()
+            try:
+                yield from render_chunks(self.engine, resolved)
+            except BaseException:
+                self.observer.rendered(seconds_since(started), failed=True)
+                raise
+            seconds = seconds_since(started)
+        self.count("syntheses")
+        self.count("render_ms", int(seconds * 1000))
+        self.observer.rendered(seconds, failed=False)
+
+    def store(self, key: str, audio: Audio, resolved: ResolvedRequest,
+              **meta: Any) -> tuple[Entry, bool]:
+        """Build the take's entry and write it through every tier: (entry, stored)."""
+        ttl = resolved.ttl if resolved.ttl is not None else self.cache.config.default_ttl
+        entry = audio_entry(key, audio, ttl=ttl, meta={**resolved.describe(), **meta})
+        return entry, self.cache.put(entry, tenant=resolved.tenant)
+
+    def render_once(self, resolved: ResolvedRequest, key: str, started: float,
+                    progress: Progress = NO_PROGRESS) -> Result:
+        """Render ``key`` once however many ask: in this process one caller leads the
+        key's flight and the rest follow it live; across processes the leader holds the
+        key's lock and checks the disk again before it renders."""
         flight, leader = self.flights.join_or_lead(key)
         if not leader:
-            return self._follow(flight, resolved, key, started)
-        return self.lead_flight(resolved, key, flight, started)
-
-    def lead_flight(self, resolved: ResolvedRequest, key: str, flight: Flight,
-                    started: float) -> Result:
-        """Render a flight this caller leads (from ``flights.join_or_lead``), then land it.
-
-        Public so a server can take the lead on the event loop, answer its own caller
-        from ``flight.follow`` like any joiner, and run this in a bounded render pool.
-        """
+            return self._follow(flight, resolved, key, started, progress)
         try:
-            result = self._lead(resolved, key, flight, started)
+            result = self._lead(resolved, key, flight, started, progress)
         except BaseException as exc:
             flight.future.set_exception(exc)
             raise
@@ -221,46 +411,146 @@ class CachedEngine:
         finally:
             self.flights.land(key, flight)
 
-    def _follow(self, flight: Flight, resolved: ResolvedRequest, key: str,
-                started: float) -> Result:
+    def _follow(self, flight: Flight, resolved: ResolvedRequest, key: str, started: float,
+                progress: Progress) -> Result:
+        sent = 0
         try:
-            shared: Result = flight.future.result(timeout=self.lock_wait)
+            for chunk in flight.follow(self.lock_wait):
+                if not sent:
+                    progress.begin("joined", "engine")
+                progress.chunk(chunk)
+                sent += 1
+            shared: Result = flight.future.result()
         except TimeoutError:
+            if sent:
+                raise
             # The leader is stuck; a duplicate render beats a stuck request.
-            return self._render(resolved, key, Flight(), started)
-        self.cache.count("joins")
-        return replace(shared, cache="joined", seconds=time.perf_counter() - started)
+            return self._render(resolved, key, Flight(), started, progress)
+        if not sent:  # the leader found another process's take: nothing was published
+            progress.begin("joined", shared.tier)
+            progress.chunk(shared.entry.audio())
+        self.count("joins")
+        return replace(shared, cache="joined", seconds=seconds_since(started))
 
-    def _lead(self, resolved: ResolvedRequest, key: str, flight: Flight, started: float) -> Result:
-        with key_lock(self.cache.root / "locks", key, self.lock_wait,
-                      on_fault=self.cache.lock_fault) as locked:
+    def _lead(self, resolved: ResolvedRequest, key: str, flight: Flight, started: float,
+              progress: Progress) -> Result:
+        with self.lock(key) as locked:
             if locked:
-                # Another process may have rendered and stored it while we waited.
-                entry = self.cache.read_disk(key)
+                entry = self.reread(key)  # another process may have stored it meanwhile
                 if entry is not None:
-                    self.cache.count("joins")
-                    return Result(entry, key, "joined", "disk", time.perf_counter() - started)
-            return self._render(resolved, key, flight, started)
+                    self.count("joins")
+                    progress.begin("joined", "disk")
+                    progress.chunk(entry.audio())
+                    return Result(entry, key, "joined", "disk", seconds_since(started))
+            return self._render(resolved, key, flight, started, progress)
 
-    def _render(self, resolved: ResolvedRequest, key: str, flight: Flight,
-                started: float) -> Result:
+    def _render(self, resolved: ResolvedRequest, key: str, flight: Flight, started: float,
+                progress: Progress) -> Result:
         render_started = time.perf_counter()
         chunks: list[Audio] = []
-        for chunk in render_chunks(self.engine, resolved):
+        for chunk in self.render(resolved):
+            if not chunks:
+                progress.begin("miss", "engine")
             chunks.append(chunk)
             flight.publish(chunk)
-        self.cache.count("syntheses")
-        self.cache.count("render_ms", int((time.perf_counter() - render_started) * 1000))
-        ttl = resolved.ttl if resolved.ttl is not None else self.cache.config.default_ttl
-        meta = {**_meta(resolved),
-                "render_seconds": round(time.perf_counter() - render_started, 4)}
-        entry = audio_entry(key, Audio.join(chunks), ttl=ttl, meta=meta)
-        stored = self.cache.put(entry, tenant=resolved.tenant)
-        from .upgrades import record
+            progress.chunk(chunk)
+        entry, stored = self.store(key, Audio.join(chunks), resolved,
+                                   render_seconds=round(seconds_since(render_started), 4))
+        self.remember(resolved, key)
+        self.count("misses")
+        return Result(entry, key, "miss", "engine", seconds_since(started), stored)
 
-        record(self, resolved, key)
-        self.cache.count("misses")
-        return Result(entry, key, "miss", "engine", time.perf_counter() - started, stored)
+    def hit(self, resolved: ResolvedRequest, key: str, found: tuple[Entry, str],
+            started: float) -> Result:
+        """A take found in a tier, counted and recorded as a hit."""
+        entry, tier = found
+        self.count(f"hits_{tier}")
+        self.asked(resolved, key, hit=True)
+        self.observer.hit(tier, entry)
+        return Result(entry, key, "hit", tier, seconds_since(started))
+
+    def count(self, name: str, delta: int = 1) -> None:
+        """Add to a cache counter."""
+        self.cache.count(name, delta)
+
+    def asked(self, resolved: ResolvedRequest, key: str, hit: bool,
+              kind: str = "request") -> None:
+        """Record one ask of ``key`` in the usage analytics."""
+        self.usage.asked(resolved, key, hit, kind)
+
+    def remember(self, resolved: ResolvedRequest, key: str) -> None:
+        """Remember ``key`` as the latest take of its request across model revisions."""
+        self.upgrades.remember(self, resolved, key)
+
+
+class _Channel:
+    """A streaming caller's ``Progress``, carried from the miss thread onto the event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+    def begin(self, cache: str, tier: str, segments: tuple[int, int] | None = None) -> None:
+        self._put(("begin", (cache, tier, segments)))
+
+    def chunk(self, audio: Audio) -> None:
+        self._put(("chunk", audio))
+
+    def finish(self, future: Future[Result]) -> None:
+        self._put(("done", future))
+
+    def _put(self, item: tuple[str, Any]) -> None:
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+
+    async def take(self, key: str, sample_rate: int, timeout: float | None) -> Take:
+        """The take as soon as the miss says how it is served (or ends without streaming)."""
+        kind, value = await asyncio.wait_for(self._queue.get(), timeout)
+        if kind == "done":
+            return CachedEngine._whole(value.result())
+        cache, tier, split = value
+        return Take(key, cache.upper(), tier, sample_rate, 1, source=self._chunks(timeout),
+                    segments=split)
+
+    async def _chunks(self, timeout: float | None) -> AsyncIterator[Audio]:
+        while True:
+            kind, value = await asyncio.wait_for(self._queue.get(), timeout)
+            if kind == "chunk":
+                yield value
+            elif kind == "done":
+                value.result()  # re-raises a render that failed after its first chunk
+                return
+
+
+async def _follow(flight: Flight, timeout: float | None) -> AsyncIterator[Audio]:
+    """A flight's chunks on the event loop: what exists so far, then live."""
+    sent = 0
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        available = len(flight.chunks)
+        if sent < available:
+            for chunk in flight.chunks[sent:available]:
+                yield chunk
+            sent = available
+            continue
+        if flight.future.done():
+            if len(flight.chunks) > sent:
+                continue
+            result = flight.future.result()  # re-raises the leader's failure
+            if sent == 0:  # rendered by another process: nothing was published here
+                yield result.entry.audio()
+            return
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError("render did not finish in time")
+        await asyncio.sleep(FOLLOW_POLL)
+
+
+async def _wait(future: Future[Result], timeout: float | None) -> Result:
+    """Wait for a shared result; shielded, so a caller that gives up cancels nothing."""
+    return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), timeout)
+
+
+def _check_segments(engine: Engine) -> None:
+    segments.check_engine(engine)
 
 
 def _memo_key(request: SynthesisRequest) -> tuple[Any, ...] | None:
@@ -276,12 +566,3 @@ def _memo_key(request: SynthesisRequest) -> tuple[Any, ...] | None:
     except TypeError:
         return None
     return identity
-
-
-def _meta(resolved: ResolvedRequest) -> dict[str, Any]:
-    """Descriptive fields kept in the envelope (for `ls`, purge by voice, index rebuilds)."""
-    return {
-        "tenant": resolved.tenant, "engine": resolved.engine_id, "model": resolved.model_revision,
-        "voice": resolved.voice or (resolved.reference_fingerprint or "")[:16],
-        "text": resolved.text[:200], "language": resolved.language,
-    }

@@ -31,3 +31,11 @@ class ResolvedRequest:
     """Every declared parameter, defaults filled in."""
     reference_audio: bytes | None = field(default=None, compare=False, repr=False)
     ttl: float | None = field(default=None, compare=False)
+
+    def describe(self) -> dict[str, Any]:
+        """Descriptive fields kept in a take's envelope (for `ls`, purge by voice, rebuilds)."""
+        return {
+            "tenant": self.tenant, "engine": self.engine_id, "model": self.model_revision,
+            "voice": self.voice or (self.reference_fingerprint or "")[:16],
+            "text": self.text[:200], "language": self.language,
+        }

@@ -29,7 +29,7 @@ def open_cached_engine(settings: Settings, cache: Cache | None = None) -> Cached
     process rather than the first request that names a path."""
     reference_folders(settings, per_tenant=has_api_keys(settings))
     engine = load_configured_engine(settings)
-    from .segments import enabled
+    from .policies.segments import enabled
 
     cache = cache or open_cache(settings)
     attach = getattr(engine, "attach", None)

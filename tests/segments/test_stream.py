@@ -6,7 +6,6 @@ from voxcache.cache import Cache
 from voxcache.cached import CachedEngine
 from voxcache.engines.tone import ToneEngine
 from voxcache.request import SynthesisRequest
-from voxcache.stream_segments import stream
 
 
 def test_first_audio_comes_from_the_cache_while_the_rest_renders(cache: Cache,
@@ -15,7 +14,7 @@ def test_first_audio_comes_from_the_cache_while_the_rest_renders(cache: Cache,
     cached = CachedEngine(engine, cache, segments=True, lock_wait=10)
     cached.synthesize(SynthesisRequest("Welcome aboard."))
     engine.gate.clear()  # from now on the engine cannot finish until we say so
-    chunks = stream(cached, SynthesisRequest("Welcome aboard. The doors are closing."))
+    chunks = cached.stream(SynthesisRequest("Welcome aboard. The doors are closing."))
     first = next(chunks)  # would block (then fail) if it waited for the render
     assert first.pcm == cached.synthesize(SynthesisRequest("Welcome aboard.")).audio.pcm
     engine.gate.set()
@@ -28,7 +27,7 @@ def test_first_audio_comes_from_the_cache_while_the_rest_renders(cache: Cache,
 
 def test_stream_of_a_whole_request_and_of_a_hit(cache: Cache) -> None:
     cached = CachedEngine(ToneEngine(), cache)
-    chunks = list(stream(cached, SynthesisRequest("One. Two.")))
+    chunks = list(cached.stream(SynthesisRequest("One. Two.")))
     assert len(chunks) == 2  # the engine's own sentence chunks, through the flight
-    again = list(stream(cached, SynthesisRequest("One. Two.")))
+    again = list(cached.stream(SynthesisRequest("One. Two.")))
     assert [c.pcm for c in again] == [b"".join(c.pcm for c in chunks)]

@@ -6,24 +6,37 @@ import json
 import subprocess
 import sys
 import threading
+import time
 
 import httpx
 
-from voxcache.service.admission import BACKGROUND, INTERACTIVE, Admission
+from voxcache.scheduling import BACKGROUND, INTERACTIVE, Admission
 
 
 def test_queued_interactive_renders_start_before_background_ones() -> None:
     admission = Admission(concurrency=1, queue=10, io_threads=1)
     gate, order = threading.Event(), []
-    blocker = admission.submit_render(gate.wait, 10)
-    jobs = [admission.submit_render(order.append, name, priority=priority)
-            for name, priority in (("warm-1", BACKGROUND), ("warm-2", BACKGROUND),
-                                   ("listener", INTERACTIVE))]
+
+    def render(name: str, priority: int) -> None:
+        with admission.slot(priority):
+            if name == "blocker":
+                gate.wait(10)
+            order.append(name)
+
+    blocker = admission.submit(render, "blocker", INTERACTIVE)
+    while admission.running < 1:
+        time.sleep(0.001)
+    jobs = []
+    for count, (name, priority) in enumerate((("warm-1", BACKGROUND), ("warm-2", BACKGROUND),
+                                              ("listener", INTERACTIVE)), start=1):
+        jobs.append(admission.submit(render, name, priority))
+        while admission.queued < count:  # each is queued for the slot before the next
+            time.sleep(0.001)
     gate.set()
     for job in (blocker, *jobs):
         job.result(10)
     admission.shutdown()
-    assert order == ["listener", "warm-1", "warm-2"]
+    assert order == ["blocker", "listener", "warm-1", "warm-2"]
 
 
 def test_bad_priority_header_is_a_400(tone_server) -> None:

@@ -131,7 +131,7 @@ def stats(args: argparse.Namespace) -> int:
 
 def top_usage(args: argparse.Namespace) -> int:
     """Print the most-missed or most-hit requests and sentences (voxcache.usage)."""
-    from ..usage import Usage
+    from ..policies.usage import Usage
 
     by, limit = ("missed", args.top_misses) if args.top_misses else ("hits", args.top_hits)
     rows = Usage(settings_from(args).cache_dir, frozenset()).top(by, limit, args.kind)

@@ -20,10 +20,10 @@ from rich.table import Table
 
 from ..entry import CorruptEntry, decode
 from ..errors import NotFound
+from ..policies.usage import DB_NAME as USAGE_DB
 from ..runtime import open_cache
 from ..tiers.index import IndexRow
 from ..tiers.lifecycle import rebuild_index, reconcile
-from ..usage import DB_NAME as USAGE_DB
 from .common import print_json, read_only_db, settings_from
 from .keys import resolve_key, short_key
 from .progress import progress

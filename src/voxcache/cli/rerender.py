@@ -16,8 +16,8 @@ from collections import defaultdict
 from typing import Any
 
 from ..errors import NotFound, VoxcacheError
-from ..upgrades import DB_NAME as ALIASES_DB
-from ..usage import Usage, request_from_payload
+from ..policies.upgrades import DB_NAME as ALIASES_DB
+from ..policies.usage import Usage, request_from_payload
 from .common import FAILED, OK, print_json, read_only_db, settings_from
 from .progress import progress
 

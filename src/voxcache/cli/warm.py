@@ -93,7 +93,7 @@ def warm(args: argparse.Namespace) -> int:
     from ..runtime import open_cached_engine
 
     if args.from_top_misses:
-        from ..usage import top_phrases
+        from ..policies.usage import top_phrases
 
         phrases = top_phrases(settings_from(args).cache_dir, args.from_top_misses)
     elif args.file:

@@ -18,9 +18,9 @@ from fastapi import FastAPI
 from ..cached import CachedEngine
 from ..config import Settings, load_settings
 from ..runtime import open_cached_engine
+from ..scheduling import Admission
 from . import admin, errors, speech, stored, voice_routes
 from .access_log import AccessLog
-from .admission import Admission
 from .fastpath import StoredAudioFastPath
 from .guard import BodyLimit
 from .metrics import Metrics

@@ -24,11 +24,10 @@ from fastapi import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import InvalidParameter
-from .admission import PRIORITIES
+from ..scheduling import PRIORITIES, RENDER_PRIORITY
 from .deadlines import Deadlines
 from .errors import Forbidden, Unauthorized, error_body
 from .options import ServiceOptions
-from .serving import RENDER_PRIORITY
 
 DEFAULT_TENANT = "default"
 UPLOAD_PATHS = ("/v1/voices", "/inference_zero_shot", "/inference_cross_lingual",

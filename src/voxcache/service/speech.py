@@ -129,8 +129,7 @@ async def _serve(request: Request, route: str, core: SynthesisRequest, fmt: Form
     if private is not None:
         resolved = dataclasses.replace(resolved, voice=None, reference_fingerprint=private[0],
                                        prompt_text=private[1])
-        key = server.cached.key_of(resolved)
-        take = await server.lookup(key)
+        take = await server.cached.stored_take(resolved)
         if take is None:
             raise VoiceClipDropped(
                 "this voice was uploaded in privacy mode: its clip was not kept, so only takes "

@@ -21,19 +21,15 @@ import functools
 import itertools
 import random
 import threading
-import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
-from .audio import Audio
-from .engine import render_chunks
-from .entry import audio_entry
-from .errors import InvalidParameter
-from .key import derived_key
-from .request import ResolvedRequest
-
-if TYPE_CHECKING:
-    from .cached import CachedEngine, Result
+from ..audio import Audio
+from ..entry import audio_entry
+from ..errors import InvalidParameter
+from ..key import derived_key
+from ..outcome import NO_PROGRESS, Progress, Result, seconds_since
+from ..resolved import ResolvedRequest
+from .pipeline import Pipeline
 
 MAX_VARIANTS = 64
 _COUNTERS_MAX = 100_000
@@ -87,25 +83,20 @@ class TakePools:
         self._counters: dict[str, itertools.count[int]] = {}
         self._lock = threading.Lock()
 
-    def serve(self, cached: CachedEngine, resolved: ResolvedRequest, key: str,
-              policy: SeedPolicy, started: float) -> Result:
+    def serve(self, pipeline: Pipeline, resolved: ResolvedRequest, key: str,
+              policy: SeedPolicy, started: float, progress: Progress = NO_PROGRESS) -> Result:
         """Return a take of ``resolved`` as ``policy`` says."""
         if policy.mode == "bypass":
-            return bypass(cached, resolved, key, started)
-        from .cached import Result
-
+            return bypass(pipeline, resolved, key, started, progress)
         keys = [take_key(key, i) for i in range(policy.n)]
         for i, k in enumerate(keys):
-            found = cached.cache.get(k)
-            if found is None:  # the pool is not full yet: this caller gets a new take
-                result = cached._miss(resolved, k, started)
-                return replace(result, take=i)
+            if pipeline.lookup(k) is None:  # the pool is not full yet: a new take for this caller
+                return replace(pipeline.render_once(resolved, k, started, progress), take=i)
         i = self._next(key, policy)
-        found = cached.cache.get(keys[i])
+        found = pipeline.lookup(keys[i])
         if found is None:  # evicted since the probe: render it again
-            return replace(cached._miss(resolved, keys[i], started), take=i)
-        cached.cache.count(f"hits_{found[1]}")
-        return Result(found[0], keys[i], "hit", found[1], time.perf_counter() - started, take=i)
+            return replace(pipeline.render_once(resolved, keys[i], started, progress), take=i)
+        return replace(pipeline.hit(resolved, keys[i], found, started), take=i)
 
     def _next(self, key: str, policy: SeedPolicy) -> int:
         if policy.order == "random":
@@ -119,19 +110,20 @@ class TakePools:
             return next(counter) % policy.n
 
 
-def bypass(cached: CachedEngine, resolved: ResolvedRequest, key: str,
-           started: float) -> Result:
+def bypass(pipeline: Pipeline, resolved: ResolvedRequest, key: str, started: float,
+           progress: Progress = NO_PROGRESS) -> Result:
     """Render a fresh take and store nothing (the ``bypass`` policy and cache mode)."""
-    from .cached import Result, _meta
+    progress.begin("bypass", "engine")
+    chunks = []
+    for chunk in pipeline.render(resolved):
+        chunks.append(chunk)
+        progress.chunk(chunk)
+    pipeline.count("bypasses")
+    entry = audio_entry(key, Audio.join(chunks), meta=resolved.describe())
+    return Result(entry, key, "bypass", "engine", seconds_since(started), stored=False)
 
-    chunks = list(render_chunks(cached.engine, resolved))
-    cached.cache.count("bypasses")
-    entry = audio_entry(key, Audio.join(chunks), meta=_meta(resolved))
-    return Result(entry, key, "bypass", "engine", time.perf_counter() - started, stored=False)
 
-
-def describe(cached: CachedEngine, resolved: ResolvedRequest, key: str,
-             policy: SeedPolicy) -> dict[str, object]:
+def describe(resolved: ResolvedRequest, key: str, policy: SeedPolicy) -> dict[str, object]:
     """What ``explain`` says about the seed policy of a request."""
     if not applies(resolved):
         return {"policy": "explicit-seed", "configured": str(policy),

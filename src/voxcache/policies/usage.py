@@ -17,17 +17,15 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .fsmode import private_sqlite
-from .key import key_payload
-from .request import ResolvedRequest, SynthesisRequest
-
-if TYPE_CHECKING:
-    from .segments import Segment
+from ..fsmode import private_sqlite
+from ..key import key_payload
+from ..request import SynthesisRequest
+from ..resolved import ResolvedRequest
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS usage (
@@ -74,11 +72,6 @@ class Usage:
             row[3] += 0 if hit else 1
         if self._thread is None:
             self._start()
-
-    def segments(self, segments: Iterable[Segment], hit_keys: set[str]) -> None:
-        """Count the sentences of one segment-mode request."""
-        for seg in segments:
-            self.asked(seg.resolved, seg.key, seg.key in hit_keys, kind="segment")
 
     # -- persistence ---------------------------------------------------------
     def flush(self) -> None:

@@ -23,22 +23,17 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
-from .audio import Audio
-from .engine import render_chunks
-from .entry import audio_entry
-from .errors import EngineError, InvalidParameter, UnsupportedFeature
-from .key import digest, key_payload
-from .request import ResolvedRequest
-from .singleflight import Flight, key_lock
-from .upgrades import record
-
-if TYPE_CHECKING:
-    from .cached import CachedEngine, Result
-    from .engine import Engine
+from ..audio import Audio
+from ..engine import Engine
+from ..errors import EngineError, InvalidParameter, UnsupportedFeature
+from ..key import digest
+from ..outcome import NO_PROGRESS, Progress, Result, seconds_since
+from ..resolved import ResolvedRequest
+from ..singleflight import Flight
+from .pipeline import Pipeline
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +47,8 @@ class Segment:
 
 def check_engine(engine: Engine) -> None:
     """Refuse segment mode for an engine whose sentences need undeclared context."""
-    from .engine import Engine as Base
-
     if not engine.segments_context_free and (
-            type(engine).segment_context is Base.segment_context):
+            type(engine).segment_context is Engine.segment_context):
         raise UnsupportedFeature(
             f"segment mode is unavailable for engine {engine.id!r}: it declares that a "
             "sentence's audio depends on neighbouring text but does not declare that context "
@@ -69,7 +62,7 @@ def enabled(setting: str | bool, engine: Engine) -> bool:
     if value in ("auto", ""):
         probe = engine.split_sentences("One. Two.")
         return probe is not None and (engine.segments_context_free or (
-            type(engine).segment_context is not _base_segment_context()))
+            type(engine).segment_context is not Engine.segment_context))
     if value in ("on", "true", "1", "yes"):
         return True
     if value in ("off", "false", "0", "no"):
@@ -77,15 +70,9 @@ def enabled(setting: str | bool, engine: Engine) -> bool:
     raise InvalidParameter(f"segments setting {setting!r} must be auto, on or off")
 
 
-def _base_segment_context() -> object:
-    from .engine import Engine as Base
-
-    return Base.segment_context
-
-
-def plan(cached: CachedEngine, resolved: ResolvedRequest) -> list[Segment] | None:
+def plan(pipeline: Pipeline, resolved: ResolvedRequest) -> list[Segment] | None:
     """Key each sentence of ``resolved``; None when the request should stay whole."""
-    engine = cached.engine
+    engine = pipeline.engine
     texts = engine.split_sentences(resolved.text)
     if not texts or len(texts) < 2:
         return None
@@ -93,66 +80,75 @@ def plan(cached: CachedEngine, resolved: ResolvedRequest) -> list[Segment] | Non
     for i, text in enumerate(texts):
         part = replace(resolved, text=text)
         if engine.segments_context_free:
-            key = cached.key_of(part)
+            key = pipeline.key_of(part)
         else:
-            payload = key_payload(part, cached._waveform, kind="segment")
+            payload = pipeline.key_payload(part, kind="segment")
             payload["context"] = engine.segment_context(texts, i)
             key = digest(payload)
         segments.append(Segment(i, part, key))
     return segments
 
 
-class _Sink(dict[str, Audio]):
-    """Segment audio by key that reports each arrival (what streaming plays from)."""
+class _InOrder(dict[str, Audio]):
+    """Segment audio by key that hands each sentence to ``progress`` in request order, as
+    soon as it and every sentence before it exist (a stored third sentence waits for a
+    rendered second one; stored leading sentences go at once)."""
 
-    def __init__(self, notify: Callable[[str, Audio], None]) -> None:
+    def __init__(self, segments: list[Segment], progress: Progress) -> None:
         super().__init__()
-        self._notify = notify
+        self._segments = segments
+        self._progress = progress
+        self._next = 0
 
     def __setitem__(self, key: str, value: Audio) -> None:
         super().__setitem__(key, value)
-        self._notify(key, value)
+        self.flush()
+
+    def flush(self) -> None:
+        while self._next < len(self._segments) and self._segments[self._next].key in self:
+            self._progress.chunk(self[self._segments[self._next].key])
+            self._next += 1
 
 
-def serve(cached: CachedEngine, resolved: ResolvedRequest, key: str, started: float,
+def serve(pipeline: Pipeline, resolved: ResolvedRequest, key: str, started: float,
           segments: list[Segment] | None = None,
-          notify: Callable[[str, Audio], None] | None = None) -> Result | None:
+          progress: Progress = NO_PROGRESS) -> Result | None:
     """Serve a whole-request miss from segments; None when segment mode does not apply.
 
-    ``notify(segment_key, audio)`` is called as each sentence becomes available —
-    cached ones at once, rendered ones as the engine yields them.
+    ``progress`` hears how the request is served once the stored sentences are known,
+    then every sentence in order as it becomes available — stored ones at once, rendered
+    ones as the engine yields them.
     """
-    from .cached import Result, _meta
-
-    segments = segments if segments is not None else plan(cached, resolved)
+    segments = segments if segments is not None else plan(pipeline, resolved)
     if segments is None:
         return None
-    audio: dict[str, Audio] = _Sink(notify) if notify else {}
+    stored_audio: dict[str, Audio] = {}
     for seg in segments:
-        if seg.key not in audio:
-            found = cached.cache.get(seg.key)
+        if seg.key not in stored_audio:
+            found = pipeline.lookup(seg.key)
             if found is not None:
-                audio[seg.key] = found[0].audio()
-    hit_keys = set(audio)
+                stored_audio[seg.key] = found[0].audio()
+    hit_keys = set(stored_audio)
+    hits = sum(1 for s in segments if s.key in hit_keys)
+    how, tier = ("hit", "segments") if hits == len(segments) else (
+        ("partial", "engine") if hits else ("miss", "engine"))
+    progress.begin(how, tier, (hits, len(segments) - hits))
+    audio = _InOrder(segments, progress)
+    audio.update(stored_audio)
+    audio.flush()
     missing = list(dict.fromkeys(s.key for s in segments if s.key not in audio))
-    rendered = _fill(cached, resolved, segments, missing, audio)
-    hits = sum(1 for s in segments if s.key not in rendered)
-    cached.cache.count("segment_hits", hits)
-    cached.cache.count("segment_renders", len(segments) - hits)
-    cached.usage.segments(segments, hit_keys)
-    stitched = stitch([audio[s.key] for s in segments], cached.engine.segment_gap)
-    ttl = resolved.ttl if resolved.ttl is not None else cached.cache.config.default_ttl
-    entry = audio_entry(key, stitched, ttl=ttl, meta=_meta(resolved))
-    stored = cached.cache.put(entry, tenant=resolved.tenant)
-    if hits == len(segments):
-        how, tier = "hit", "segments"
-    elif hits:
-        how, tier = "partial", "engine"
-        cached.cache.count("partials")
-    else:
-        how, tier = "miss", "engine"
-        cached.cache.count("misses")
-    return Result(entry, key, how, tier, time.perf_counter() - started, stored,
+    _fill(pipeline, resolved, segments, missing, audio)
+    pipeline.count("segment_hits", hits)
+    pipeline.count("segment_renders", len(segments) - hits)
+    for seg in segments:
+        pipeline.asked(seg.resolved, seg.key, seg.key in hit_keys, kind="segment")
+    stitched = stitch([audio[s.key] for s in segments], pipeline.engine.segment_gap)
+    entry, stored = pipeline.store(key, stitched, resolved)
+    if how == "partial":
+        pipeline.count("partials")
+    elif how == "miss":
+        pipeline.count("misses")
+    return Result(entry, key, how, tier, seconds_since(started), stored,
                   segments_hit=hits, segments_rendered=len(segments) - hits)
 
 
@@ -171,42 +167,39 @@ def stitch(parts: list[Audio], gap: float) -> Audio:
     return Audio.join(joined)
 
 
-def _fill(cached: CachedEngine, resolved: ResolvedRequest, segments: list[Segment],
+def _fill(pipeline: Pipeline, resolved: ResolvedRequest, segments: list[Segment],
           missing: list[str], audio: dict[str, Audio]) -> set[str]:
     """Get every missing segment's audio into ``audio``; return the keys this call rendered."""
     led: dict[str, Flight] = {}
     followed: dict[str, Flight] = {}
     for seg_key in missing:
-        flight, leader = cached.flights.join_or_lead(seg_key)
+        flight, leader = pipeline.flights.join_or_lead(seg_key)
         (led if leader else followed)[seg_key] = flight
     by_key = {s.key: s for s in segments}
     rendered: set[str] = set()
     if led:
-        rendered = _lead(cached, resolved, segments, by_key, led, audio)
+        rendered = _lead(pipeline, resolved, segments, by_key, led, audio)
     for seg_key, flight in followed.items():
         try:
-            shared: Result = flight.future.result(timeout=cached.lock_wait)
+            shared: Result = flight.future.result(timeout=pipeline.lock_wait)
             audio[seg_key] = shared.entry.audio()
-            cached.cache.count("joins")
+            pipeline.count("joins")
         except TimeoutError:  # a stuck leader: a duplicate render beats a stuck request
-            rendered |= _render_into(cached, resolved, segments, [by_key[seg_key]],
+            rendered |= _render_into(pipeline, resolved, segments, [by_key[seg_key]],
                                      {seg_key: Flight()}, audio)
     return rendered
 
 
-def _lead(cached: CachedEngine, resolved: ResolvedRequest, segments: list[Segment],
-          by_key: dict[str, Segment], led: dict[str, Flight], audio: dict[str, Audio]) -> set[str]:
+def _lead(pipeline: Pipeline, resolved: ResolvedRequest, segments: list[Segment],
+          by_key: dict[str, Segment], led: dict[str, Flight],
+          audio: dict[str, Audio]) -> set[str]:
     """Render the segments this caller leads, holding their locks in key order."""
-    from .cached import Result
-
     try:
         with contextlib.ExitStack() as stack:
             todo: list[Segment] = []
             for seg_key in sorted(led):
-                locked = stack.enter_context(
-                    key_lock(cached.cache.root / "locks", seg_key, cached.lock_wait,
-                             on_fault=cached.cache.lock_fault))
-                entry = cached.cache.read_disk(seg_key) if locked else None
+                locked = stack.enter_context(pipeline.lock(seg_key))
+                entry = pipeline.reread(seg_key) if locked else None
                 if entry is not None:  # another process rendered it while we waited
                     audio[seg_key] = entry.audio()
                     led[seg_key].future.set_result(
@@ -214,7 +207,7 @@ def _lead(cached: CachedEngine, resolved: ResolvedRequest, segments: list[Segmen
                 else:
                     todo.append(by_key[seg_key])
             todo.sort(key=lambda s: s.index)
-            return _render_into(cached, resolved, segments, todo, led, audio)
+            return _render_into(pipeline, resolved, segments, todo, led, audio)
     except BaseException as exc:
         for flight in led.values():
             if not flight.future.done():
@@ -222,68 +215,61 @@ def _lead(cached: CachedEngine, resolved: ResolvedRequest, segments: list[Segmen
         raise
     finally:
         for seg_key, flight in led.items():
-            cached.flights.land(seg_key, flight)
+            pipeline.flights.land(seg_key, flight)
 
 
-def _render_into(cached: CachedEngine, resolved: ResolvedRequest, segments: list[Segment],
+def _render_into(pipeline: Pipeline, resolved: ResolvedRequest, segments: list[Segment],
                  todo: list[Segment], flights: dict[str, Flight],
                  audio: dict[str, Audio]) -> set[str]:
     """Render ``todo``, store each segment and complete its flight as soon as it exists."""
-    from .cached import Result, _meta
-
     if not todo:
         return set()
-    ttl = resolved.ttl if resolved.ttl is not None else cached.cache.config.default_ttl
     wanted = {s.index for s in todo}
-    for seg, chunk in _render(cached, resolved, segments, todo):
+    for seg, chunk in _render(pipeline, resolved, segments, todo):
         if seg.index not in wanted or seg.key in audio:
             continue
         started = time.perf_counter()
-        entry = audio_entry(seg.key, chunk, ttl=ttl, meta=_meta(seg.resolved))
-        stored = cached.cache.put(entry, tenant=resolved.tenant)
-        if cached.engine.segments_context_free:  # its key is a request key: keep its lineage
-            record(cached, seg.resolved, seg.key)
-        audio[seg.key] = chunk
+        entry, stored = pipeline.store(seg.key, chunk, seg.resolved)
+        if pipeline.engine.segments_context_free:  # its key is a request key: keep its lineage
+            pipeline.remember(seg.resolved, seg.key)
         flight = flights[seg.key]
         flight.publish(chunk)
         flight.future.set_result(Result(entry, seg.key, "miss", "engine",
-                                        time.perf_counter() - started, stored))
+                                        seconds_since(started), stored))
+        audio[seg.key] = chunk
     lost = [s.key for s in todo if s.key not in audio]
     if lost:
-        raise EngineError(f"engine {cached.engine.id!r} returned no audio for "
+        raise EngineError(f"engine {pipeline.engine.id!r} returned no audio for "
                           f"{len(lost)} sentence(s)")
     return {s.key for s in todo}
 
 
-def _render(cached: CachedEngine, resolved: ResolvedRequest, segments: list[Segment],
+def _render(pipeline: Pipeline, resolved: ResolvedRequest, segments: list[Segment],
             todo: list[Segment]) -> Iterator[tuple[Segment, Audio]]:
     """Yield (segment, audio) from as few engine calls as the engine's split allows."""
-    engine = cached.engine
+    engine = pipeline.engine
     if not engine.segments_context_free:
         # Neighbours shape each sentence: render the paragraph as asked, keep what is needed.
-        yield from _call(cached, resolved, segments)
+        yield from _call(pipeline, resolved, segments)
         return
     joined = " ".join(s.resolved.text for s in todo)
     if len(todo) == 1 or engine.split_sentences(joined) == [s.resolved.text for s in todo]:
-        yield from _call(cached, replace(resolved, text=joined), todo)
+        yield from _call(pipeline, replace(resolved, text=joined), todo)
         return
     for seg in todo:  # the joined text would split differently: one call per sentence
-        yield from _call(cached, seg.resolved, [seg])
+        yield from _call(pipeline, seg.resolved, [seg])
 
 
-def _call(cached: CachedEngine, request: ResolvedRequest,
+def _call(pipeline: Pipeline, request: ResolvedRequest,
           expected: list[Segment]) -> Iterator[tuple[Segment, Audio]]:
     """One engine call whose chunks are, in order, the sentences ``expected``."""
-    started = time.perf_counter()
     count = 0
-    for chunk in render_chunks(cached.engine, request):
+    for chunk in pipeline.render(request):
         if count >= len(expected):
-            raise EngineError(f"engine {cached.engine.id!r} yielded more chunks than "
+            raise EngineError(f"engine {pipeline.engine.id!r} yielded more chunks than "
                               f"the {len(expected)} sentences it declared")
         yield expected[count], chunk
         count += 1
-    cached.cache.count("syntheses")
-    cached.cache.count("render_ms", int((time.perf_counter() - started) * 1000))
     if count != len(expected):
-        raise EngineError(f"engine {cached.engine.id!r} yielded {count} chunks for "
+        raise EngineError(f"engine {pipeline.engine.id!r} yielded {count} chunks for "
                           f"{len(expected)} declared sentences")

@@ -24,16 +24,16 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
-from .errors import InvalidParameter
-from .fsmode import private_sqlite
-from .key import digest, key_payload
-from .request import ResolvedRequest
-from .tiers.faults import FaultLog
-
-if TYPE_CHECKING:
-    from .cached import CachedEngine, Result
+from ..errors import InvalidParameter
+from ..fsmode import private_sqlite
+from ..key import digest
+from ..outcome import NO_PROGRESS, Result, seconds_since
+from ..resolved import ResolvedRequest
+from ..scheduling import BACKGROUND, RENDER_PRIORITY
+from ..tiers.faults import FaultLog
+from .pipeline import Pipeline
 
 log = logging.getLogger("voxcache.upgrades")
 
@@ -53,12 +53,10 @@ def parse_model_policy(policy: str) -> str:
                                "stale-while-revalidate") from None
 
 
-def lineage_key(resolved: ResolvedRequest, waveform: frozenset[str]) -> str:
-    """Key of a request with its model revision left out: the same words across models."""
-    payload = key_payload(resolved, waveform)
-    payload["model"] = None
-    payload["kind"] = "lineage"
-    return digest(payload)
+def lineage_key(payload: dict[str, Any]) -> str:
+    """Key of a request (its key payload) with its model revision left out: the same words
+    across models."""
+    return digest({**payload, "model": None, "kind": "lineage"})
 
 
 class Aliases:
@@ -142,9 +140,10 @@ class Revalidator:
             time.sleep(0.01)
 
     def _run(self) -> None:
-        # The lowest CPU priority (Linux sets it per thread).
+        # The lowest CPU priority (Linux sets it per thread), and the last render slot.
         with contextlib.suppress(OSError, AttributeError):
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        RENDER_PRIORITY.set(BACKGROUND)
         while True:
             key, task = self._queue.get()
             try:
@@ -156,22 +155,33 @@ class Revalidator:
                     self._queued.discard(key)
 
 
-def serve_stale(cached: CachedEngine, resolved: ResolvedRequest, key: str,
-                started: float) -> Result | None:
-    """Serve an older model's take of this request, queueing its re-render; None if none."""
-    from .cached import Result
+class Upgrades:
+    """The model-upgrade policy of one cache: its aliases, its re-renders, its rule."""
 
-    found = cached.aliases.get(lineage_key(resolved, cached._waveform))
-    if found is None or found[1] == resolved.model_revision:
-        return None
-    old = cached.cache.get(found[0])
-    if old is None:
-        return None
-    cached.revalidator.submit(key, lambda: cached._miss(resolved, key, time.perf_counter()))
-    cached.cache.count("stale")
-    return Result(old[0], found[0], "stale", old[1], time.perf_counter() - started)
+    def __init__(self, root: Path, policy: str) -> None:
+        self.policy = parse_model_policy(policy)
+        self.aliases = Aliases(root)
+        self.revalidator = Revalidator()
 
+    def serve_stale(self, pipeline: Pipeline, resolved: ResolvedRequest, key: str,
+                    started: float) -> Result | None:
+        """Under stale-while-revalidate, an older model's take of this request (its
+        re-render queued at background priority); None if there is none or the policy is
+        strict."""
+        if self.policy == "strict":
+            return None
+        found = self.aliases.get(lineage_key(pipeline.key_payload(resolved)))
+        if found is None or found[1] == resolved.model_revision:
+            return None
+        old = pipeline.lookup(found[0])
+        if old is None:
+            return None
+        self.revalidator.submit(key, lambda: pipeline.render_once(
+            resolved, key, time.perf_counter(), NO_PROGRESS))
+        pipeline.count("stale")
+        return Result(old[0], found[0], "stale", old[1], seconds_since(started))
 
-def record(cached: CachedEngine, resolved: ResolvedRequest, key: str) -> None:
-    """Remember ``key`` as the latest take of its lineage."""
-    cached.aliases.record(lineage_key(resolved, cached._waveform), key, resolved.model_revision)
+    def remember(self, pipeline: Pipeline, resolved: ResolvedRequest, key: str) -> None:
+        """Remember ``key`` as the latest take of its lineage."""
+        self.aliases.record(lineage_key(pipeline.key_payload(resolved)), key,
+                            resolved.model_revision)

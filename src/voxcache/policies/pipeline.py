@@ -1,0 +1,74 @@
+"""What a policy may ask of the orchestrator: look up, render once, store, record.
+
+Policies (seed takes, segments, model upgrades, usage) decide *what* a request
+gets; the orchestrator (``voxcache.cached.CachedEngine``) owns *how* anything is
+looked up, rendered or stored. A policy depends on this protocol only — never
+on the orchestrator's class or its private methods — so the orchestrator can
+import the policies without an import circle, and a policy can be tested
+against any pipeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from ..audio import Audio
+from ..engine import Engine
+from ..entry import Entry
+from ..outcome import Progress, Result
+from ..resolved import ResolvedRequest
+from ..singleflight import FlightGroup
+
+
+class Pipeline(Protocol):
+    """The orchestrator, as the policies see it."""
+
+    engine: Engine
+    flights: FlightGroup
+    """In-process single flight (segment mode leads several keys in one engine call)."""
+    lock_wait: float
+    """Longest wait for another caller's render or lock (seconds)."""
+    waveform: frozenset[str]
+    """The engine parameters that shape the waveform (what a key covers)."""
+
+    def key_of(self, resolved: ResolvedRequest) -> str:
+        """The content address of a resolved request's audio."""
+
+    def key_payload(self, resolved: ResolvedRequest, kind: str = "audio") -> dict[str, Any]:
+        """What ``key_of`` hashes (a policy may extend it, e.g. with a segment's context)."""
+
+    def lookup(self, key: str) -> tuple[Entry, str] | None:
+        """(entry, tier) from the fastest tier holding ``key`` (promoted upwards)."""
+
+    def reread(self, key: str) -> Entry | None:
+        """A read below the memory tier (after a lock: another process may have stored it)."""
+
+    def lock(self, key: str) -> AbstractContextManager[bool]:
+        """The key's cross-process lock; yields False when it could not be had in time."""
+
+    def render(self, resolved: ResolvedRequest) -> Iterator[Audio]:
+        """The engine's chunks for ``resolved``, rendered in a render slot and counted."""
+
+    def store(self, key: str, audio: Audio, resolved: ResolvedRequest,
+              **meta: Any) -> tuple[Entry, bool]:
+        """Build the take's entry and write it through every tier: (entry, stored)."""
+
+    def render_once(self, resolved: ResolvedRequest, key: str, started: float,
+                    progress: Progress) -> Result:
+        """Render ``key`` once however many ask (single flight, lock, slot, store)."""
+
+    def hit(self, resolved: ResolvedRequest, key: str, found: tuple[Entry, str],
+            started: float) -> Result:
+        """A take found in a tier, counted and recorded as a hit."""
+
+    def count(self, name: str, delta: int = 1) -> None:
+        """Add to a cache counter."""
+
+    def asked(self, resolved: ResolvedRequest, key: str, hit: bool,
+              kind: str = "request") -> None:
+        """Record one ask of ``key`` in the usage analytics."""
+
+    def remember(self, resolved: ResolvedRequest, key: str) -> None:
+        """Remember ``key`` as the latest take of its request across model revisions."""

@@ -1,0 +1,157 @@
+"""Admission control: bounded render slots with priorities, a bounded backlog, an I/O pool.
+
+Renders hold a CPU (or a GPU upstream) for seconds; hits take microseconds
+(memory) or a file read (disk). If they shared one pool, a burst of misses
+would make every hit wait, so they never do: memory hits are answered on the
+event loop, reads of slower tiers run in ``io`` (its own threads), and a miss
+runs in a miss thread of its own, where it waits for one of ``concurrency``
+render slots only when it really renders (a stitch of stored sentences, a
+stale take or another process's render takes no slot).
+
+A render that would make more than ``concurrency + queue`` renders running or
+waiting is refused at once with ``Overloaded`` (503 + Retry-After): a fast no
+beats an unbounded wait. Misses that need no render are never refused for it,
+and the miss threads have room for ``SPARE_MISS_THREADS`` of them beyond the
+render backlog, so such a miss never waits behind a render for a thread.
+Waiting renders take slots in priority order — ``INTERACTIVE`` before
+``BACKGROUND`` (warm-up jobs, re-renders of stale takes), first come first
+served within one — so a warm list of a thousand phrases never makes a listener
+wait behind it for more than the renders already running.
+
+This lives in the core because the orchestrator decides *when* a request
+renders; the service only sets the limits (``[service] render_concurrency``,
+``render_queue``, ``io_threads``). A library user gets ``Admission.unbounded()``:
+renders run in the caller's thread without waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from .errors import Overloaded
+
+T = TypeVar("T")
+INTERACTIVE, BACKGROUND = 0, 1
+PRIORITIES = {"interactive": INTERACTIVE, "background": BACKGROUND}
+SPARE_MISS_THREADS = 16
+
+RENDER_PRIORITY: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "voxcache_render_priority", default=INTERACTIVE)
+"""The priority of the renders the current request starts (set per request by the service;
+background work sets ``BACKGROUND``). Miss threads run in a copy of the submitter's context."""
+
+
+class Admission:
+    """Render slots, the miss backlog and the I/O pool of one engine."""
+
+    def __init__(self, concurrency: int | None, queue: int, io_threads: int) -> None:
+        self.concurrency = None if concurrency is None else max(1, concurrency)
+        """Renders at once; None means no limit (a library caller renders in its thread)."""
+        self.queue = max(0, queue)
+        self._cond = threading.Condition()
+        self._waiting: list[tuple[int, int]] = []  # (priority, ticket), a heap
+        self._tickets = itertools.count()
+        self._running = 0
+        self._outstanding = 0
+        self.mean_render_seconds = 1.0
+        """Smoothed render time, used for the Retry-After hint."""
+        backlog = None if self.concurrency is None else self.concurrency + self.queue
+        self._threads = (backlog or 16) + SPARE_MISS_THREADS
+        self._misses = ThreadPoolExecutor(self._threads, thread_name_prefix="voxcache-miss")
+        self.io = ThreadPoolExecutor(max(1, io_threads), thread_name_prefix="voxcache-io")
+
+    @classmethod
+    def unbounded(cls) -> Admission:
+        """No limits: what a library caller gets (renders never wait for a slot)."""
+        return cls(None, 0, 8)
+
+    # -- figures ---------------------------------------------------------------------
+    @property
+    def running(self) -> int:
+        """Renders holding a slot now."""
+        return self._running
+
+    @property
+    def queued(self) -> int:
+        """Renders admitted and waiting for a slot (the render queue's depth)."""
+        return len(self._waiting)
+
+    # -- misses ------------------------------------------------------------------------
+    def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
+        """Run a miss in a thread of its own (in the caller's context, so its render
+        priority follows it); ``Overloaded`` once every miss thread is taken."""
+        with self._cond:
+            if self.concurrency is not None and self._outstanding >= self._threads:
+                raise self._overloaded()
+            self._outstanding += 1
+        context = contextvars.copy_context()
+        try:
+            future = self._misses.submit(context.run, fn, *args, **kwargs)
+        except BaseException:
+            self._finished()
+            raise
+        future.add_done_callback(lambda _: self._finished())
+        return future
+
+    def _finished(self) -> None:
+        with self._cond:
+            self._outstanding -= 1
+
+    def _overloaded(self) -> Overloaded:
+        assert self.concurrency is not None
+        wait = self.mean_render_seconds * (self.queued + 1) / self.concurrency
+        return Overloaded(
+            f"{self._running + len(self._waiting)} renders in progress or queued (limit "
+            f"{self.concurrency} running + {self.queue} queued); retry later",
+            retry_after=max(1.0, wait))
+
+    # -- render slots ------------------------------------------------------------------
+    @contextlib.contextmanager
+    def slot(self, priority: int | None = None) -> Iterator[None]:
+        """Hold one render slot (waiting in priority order) while the engine renders."""
+        if self.concurrency is None:
+            started = time.perf_counter()
+            yield
+            self.record_render(time.perf_counter() - started)
+            return
+        priority = RENDER_PRIORITY.get() if priority is None else priority
+        ticket = (priority, next(self._tickets))
+        with self._cond:
+            if self._running + len(self._waiting) >= self.concurrency + self.queue:
+                raise self._overloaded()
+            heapq.heappush(self._waiting, ticket)
+            while self._running >= self.concurrency or self._waiting[0] != ticket:
+                self._cond.wait()
+            heapq.heappop(self._waiting)
+            self._running += 1
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.record_render(time.perf_counter() - started)
+            with self._cond:
+                self._running -= 1
+                self._cond.notify_all()
+
+    def record_render(self, seconds: float) -> None:
+        """Fold one render's time into the Retry-After estimate."""
+        self.mean_render_seconds = 0.8 * self.mean_render_seconds + 0.2 * seconds
+
+    # -- reads -------------------------------------------------------------------------
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a storage read in the I/O pool (never behind renders)."""
+        return await asyncio.get_running_loop().run_in_executor(self.io, fn, *args)
+
+    def shutdown(self) -> None:
+        """Let outstanding misses finish and their takes be written, then stop the threads."""
+        self._misses.shutdown(wait=True)
+        self.io.shutdown(wait=True)
