@@ -123,3 +123,17 @@ def test_explain_lists_segments(seg: CachedEngine) -> None:
     info = seg.explain(SynthesisRequest("One here. Two there."))
     assert [s["text"] for s in info["segments"]] == ["One here.", "Two there."]
     assert info["seed_policy"]["policy"] == "pin"
+
+
+def test_an_engine_whose_splitter_fails_is_an_engine_error_not_a_crash(cache) -> None:
+    """Piper's splitter is espeak: whatever it raises is the engine failing (a 502 with its
+    reason), never an uncaught exception (a 500)."""
+    from voxcache.errors import EngineError
+
+    class Splitless(ToneEngine):
+        def split_sentences(self, text: str) -> list[str] | None:
+            raise ValueError("embedded null character")
+
+    cached = CachedEngine(Splitless(), cache, segments=True)
+    with pytest.raises(EngineError, match="could not split"):
+        cached.synthesize(SynthesisRequest("One. Two."))

@@ -31,6 +31,7 @@ from ..engine import Engine
 from ..errors import EngineError, InvalidParameter, UnsupportedFeature
 from ..key import digest
 from ..outcome import NO_PROGRESS, Progress, Result, seconds_since
+from ..redact import redact
 from ..resolved import ResolvedRequest
 from ..singleflight import Flight
 from .pipeline import Pipeline
@@ -73,7 +74,11 @@ def enabled(setting: str | bool, engine: Engine) -> bool:
 def plan(pipeline: Pipeline, resolved: ResolvedRequest) -> list[Segment] | None:
     """Key each sentence of ``resolved``; None when the request should stay whole."""
     engine = pipeline.engine
-    texts = engine.split_sentences(resolved.text)
+    try:
+        texts = engine.split_sentences(resolved.text)
+    except Exception as exc:  # the engine's own splitter (espeak for Piper) is engine code
+        raise EngineError(f"engine {engine.id!r} could not split the text into sentences: "
+                          f"{redact(str(exc))}") from exc
     if not texts or len(texts) < 2:
         return None
     segments = []
