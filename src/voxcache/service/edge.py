@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 def install_fallback(app: FastAPI, edge: Any) -> None:
     """Build the fallback app for ``edge.fallback_engine`` and put ``EdgeFallback`` in front."""
     from ..cached import CachedEngine
-    from ..segments import enabled
+    from ..policies.segments import enabled
     from .app import create_app
 
     settings, options = app.state.settings, app.state.options

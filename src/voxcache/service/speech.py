@@ -30,8 +30,8 @@ from ..errors import (
     UnsupportedFeature,
 )
 from ..formats import Format, lookup
+from ..policies.seeds import parse_seed_policy
 from ..request import SynthesisRequest
-from ..takes import parse_seed_policy
 from .errors import FieldRefusal, VoiceClipDropped
 from .guard import render_priority, tenant_of
 from .options import OPENAI_MODELS, OPENAI_VOICES
