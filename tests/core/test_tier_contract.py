@@ -34,3 +34,8 @@ class TestDiskTier(TierContract):
         data = bytearray(path.read_bytes())
         data[len(data) // 2] ^= 0x40
         path.write_bytes(bytes(data))
+
+    def plant(self, tier: DiskTier, key: str, kind: str, blob: bytes) -> None:  # type: ignore[override]
+        path = entry_path(tier.root, key, kind)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(blob)

@@ -134,27 +134,36 @@ def serve(pipeline: Pipeline, resolved: ResolvedRequest, key: str, started: floa
             if found is not None:
                 stored_audio[seg.key] = found[0].audio()
     hit_keys = set(stored_audio)
-    hits = sum(1 for s in segments if s.key in hit_keys)
-    how, tier = ("hit", "segments") if hits == len(segments) else (
-        ("partial", "engine") if hits else ("miss", "engine"))
-    progress.begin(how, tier, (hits, len(segments) - hits))
+    stored = sum(1 for s in segments if s.key in hit_keys)
+    progress.begin(*_how(stored, len(segments)), (stored, len(segments) - stored))
     audio = _InOrder(segments, progress)
     audio.update(stored_audio)
     audio.flush()
     missing = list(dict.fromkeys(s.key for s in segments if s.key not in audio))
-    _fill(pipeline, resolved, segments, missing, audio)
+    rendered = _fill(pipeline, resolved, segments, missing, audio)
+    # Sentences another caller rendered meanwhile (a joined flight, another process's
+    # lock) count as hits: this request did not render them.
+    hits = sum(1 for s in segments if s.key not in rendered)
     pipeline.count("segment_hits", hits)
     pipeline.count("segment_renders", len(segments) - hits)
     for seg in segments:
         pipeline.asked(seg.resolved, seg.key, seg.key in hit_keys, kind="segment")
     stitched = stitch([audio[s.key] for s in segments], pipeline.engine.segment_gap)
-    entry, stored = pipeline.store(key, stitched, resolved)
+    entry, was_stored = pipeline.store(key, stitched, resolved)
+    how, tier = _how(hits, len(segments))
     if how == "partial":
         pipeline.count("partials")
     elif how == "miss":
         pipeline.count("misses")
-    return Result(entry, key, how, tier, seconds_since(started), stored,
+    return Result(entry, key, how, tier, seconds_since(started), was_stored,
                   segments_hit=hits, segments_rendered=len(segments) - hits)
+
+
+def _how(hits: int, total: int) -> tuple[str, str]:
+    """How a request of ``total`` sentences, ``hits`` of them not rendered here, is served."""
+    if hits == total:
+        return "hit", "segments"
+    return ("partial" if hits else "miss"), "engine"
 
 
 def stitch(parts: list[Audio], gap: float) -> Audio:

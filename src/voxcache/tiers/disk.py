@@ -123,10 +123,14 @@ class DiskTier:
             self.faults.report("read", exc, f"cannot read {path}; treating it as a miss")
             return None
         try:
-            return decode(blob, key)
+            entry = decode(blob, key)
         except CorruptEntry as exc:
             self.quarantine(key, kind, str(exc))
             return None
+        if entry.header.kind != kind:  # a valid entry of another kind planted at this path
+            self.quarantine(key, kind, f"holds a {entry.header.kind!r} entry, not {kind!r}")
+            return None
+        return entry
 
     def contains(self, key: str, kind: str = "audio") -> bool:
         """Whether a file sits at the entry's path (unverified: a read may still refuse it)."""
