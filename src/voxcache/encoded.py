@@ -17,15 +17,19 @@ write); this module only adds the caching around it.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from .cache import Cache
 from .entry import Entry, blob_entry
 from .formats import Format, encode, lookup
 from .key import derived_key
+from .outcome import Result
 
-if TYPE_CHECKING:
-    from .cache import Cache
-    from .cached import CachedEngine, Result
+
+class _HasCache(Protocol):
+    """Anything that carries a cache (a ``CachedEngine``)."""
+
+    cache: Cache
 
 PASSTHROUGH = ("wav", "pcm")
 """Formats served straight from the stored take (no encoding, nothing extra stored) when
@@ -50,7 +54,7 @@ def key_of(audio_key: str, fmt: Format, bitrate: int | None = None) -> str:
     return encoded_key(audio_key, fmt.name, bitrate, fmt.sample_rate)
 
 
-def encoded(target: CachedEngine | Cache, result: Result | Entry, fmt: str | Format, *,
+def encoded(target: _HasCache | Cache, result: Result | Entry, fmt: str | Format, *,
             bitrate: int | None = None) -> bytes:
     """Return ``result``'s take in ``fmt`` (a name or a ``Format``), encoding it once.
 

@@ -18,12 +18,16 @@ from __future__ import annotations
 import json
 import struct
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 import xxhash
 
 from .audio import SAMPLE_WIDTH, Audio
+from .envelope import CorruptEntry, Entry, EntryHeader
+from .tensors import decode_tensor_entry, looks_like_safetensors
+
+__all__ = ["CorruptEntry", "Entry", "EntryHeader", "audio_entry", "blob_entry", "decode"]
 
 FORMAT_VERSION = 1
 ENVELOPE_MAGIC = b"VXC1"
@@ -33,57 +37,6 @@ _CHECKSUM_LEN = 16
 _FMT = struct.Struct("<HHIIHH")  # PCM tag, channels, rate, byte rate, block align, bits
 _WAV_ENVELOPE_AT = 12 + 8 + _FMT.size + 8
 """Where the ``vxch`` envelope starts: after RIFF/WAVE, the ``fmt `` chunk and its own header."""
-
-
-class CorruptEntry(Exception):
-    """A stored object failed verification (internal: tiers turn it into a miss)."""
-
-
-@dataclass(frozen=True, slots=True)
-class EntryHeader:
-    """What the envelope records about its payload."""
-
-    kind: str
-    key: str
-    created: float
-    expires: float | None
-    content_type: str
-    length: int
-    sample_rate: int = 0
-    channels: int = 0
-    sample_format: str = ""
-    duration: float = 0.0
-    meta: dict[str, Any] = field(default_factory=dict)
-    """Descriptive fields (engine, voice, text preview) used to rebuild the index."""
-
-    def expired(self, now: float) -> bool:
-        """True once the entry's TTL has run out."""
-        return self.expires is not None and now >= self.expires
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """A verified stored object: its header and the exact bytes that were stored."""
-
-    header: EntryHeader
-    blob: bytes
-    """The whole stored file (for audio, a playable WAV)."""
-    payload_offset: int
-
-    @property
-    def payload(self) -> memoryview:
-        """The payload without copying it."""
-        start = self.payload_offset
-        return memoryview(self.blob)[start : start + self.header.length]
-
-    @property
-    def size(self) -> int:
-        """Bytes this entry occupies in storage."""
-        return len(self.blob)
-
-    def audio(self) -> Audio:
-        """Return the payload as canonical PCM audio."""
-        return Audio(bytes(self.payload), self.header.sample_rate, self.header.channels)
 
 
 def audio_entry(
@@ -132,12 +85,8 @@ def decode(blob: bytes, expected_key: str) -> Entry:
     elif blob[:4] == BLOB_MAGIC:
         magic, start = BLOB_MAGIC, 0
     else:
-        # -- tensor kinds: a safetensors file, envelope in __metadata__ (voxcache.tensors) --
-        from .tensors import decode_tensor_entry, looks_like_safetensors
-
-        if looks_like_safetensors(blob):
+        if looks_like_safetensors(blob):  # tensor kinds: envelope in __metadata__
             return decode_tensor_entry(blob, expected_key)
-        # -- end of the tensor dispatch --
         raise CorruptEntry("not a voxcache object (bad magic)")
     header, header_json, checksum = _parse_envelope(blob, start)
     if magic == ENVELOPE_MAGIC:

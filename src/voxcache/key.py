@@ -15,7 +15,7 @@ from typing import Any
 
 import blake3
 
-from .request import ResolvedRequest
+from .resolved import ResolvedRequest
 
 KEY_SCHEMA_VERSION = 1
 

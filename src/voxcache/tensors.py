@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from .entry import CorruptEntry, Entry, EntryHeader
+from .envelope import CorruptEntry, Entry, EntryHeader
 
 CONTENT_TYPE = "application/x-safetensors"
 TENSOR_KINDS = frozenset({"embedding", "prompt", "tokens", "session"})
