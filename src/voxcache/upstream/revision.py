@@ -31,7 +31,7 @@ import os
 import time
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import blake3
 
@@ -40,7 +40,18 @@ from ..fsmode import FILE_MODE, private_dirs, write_private
 
 if TYPE_CHECKING:
     from ..cache import Cache
-    from .base import UpstreamEngine
+
+
+class UpstreamEngine(Protocol):
+    """What a switchboard needs of the upstream engine it keeps the revision of."""
+
+    kind: str
+    url: str
+    id: str
+    model_revision: str
+
+    def put_in_force(self, in_force: Mapping[str, Any]) -> None:
+        """Make ``in_force`` (what the switches loaded) part of the revision."""
 
 log = logging.getLogger("voxcache.upstream")
 
