@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VOXCACHE_EXTRAS=all,test bash scripts/setup.sh sox:sox chromium:chromium nginx:nginx wrk:wrk prometheus:prometheus promtool:prometheus
 .venv/bin/ruff check src tests bench
+.venv/bin/lint-imports  # the layers and no import circles ([tool.importlinter] in pyproject.toml)
 exec .venv/bin/python -m pytest -q "$@"

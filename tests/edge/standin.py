@@ -24,7 +24,7 @@ MODES = ("random bytes", "another key's entry", "one byte flipped", "a plain wav
 
 def garbage_center(folder: Path) -> tuple[FastAPI, dict[str, Any]]:
     """The app, and its state (``mode`` picks the lie; ``calls`` records what was asked)."""
-    from voxcache.packs.identity import describe  # new with edges: imported where used
+    from voxcache.identity import describe  # new with edges: imported where used
 
     engine = ToneEngine()
     keyer = CachedEngine(engine, Cache(folder))

@@ -117,7 +117,7 @@ def export(args: argparse.Namespace) -> int:
     """Select, verify, sign and write; the file appears only once complete."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
-    from ..packs import identity
+    from .. import identity
     from ..packs.exporter import export_pack
     from ..packs.manifest import digest, keys_of
     from ..packs.signing import load_signing_key

@@ -25,11 +25,11 @@ from typing import Any, BinaryIO
 
 import blake3
 
+from .. import identity
 from ..cache import Cache
 from ..entry import CorruptEntry, Entry, decode
 from ..tiers.entry_files import NotAnEntryFile, read_entry_file
 from ..tiers.index import REQUEST_WAIT
-from . import identity
 from .container import MANIFEST, MAX_SIGNATURE_BYTES, SIGNATURE, BadPack, PackReader
 from .manifest import MAX_MANIFEST_BYTES, Line, Manifest, digest, parse
 from .signing import PublicKey, verify

@@ -9,22 +9,28 @@ they share one cache folder — its file locks make a key render once across the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import sys
 from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import FastAPI
 
 from ..cached import CachedEngine
 from ..config import Settings, load_settings
+from ..policies.segments import enabled
 from ..runtime import open_cached_engine
 from ..scheduling import Admission
 from . import admin, errors, speech, stored, voice_routes
 from .access_log import AccessLog
+from .edge import EdgeFallback
 from .fastpath import StoredAudioFastPath
 from .guard import BodyLimit
 from .metrics import Metrics
 from .options import ServiceOptions, service_options
+from .packs import install as install_packs
+from .packs import is_fallback
 from .routes import cosyvoice, gpt_sovits, gpt_sovits_control
 from .serving import Server
 from .voices import VoiceStore
@@ -61,11 +67,10 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
     for module in (speech, stored, voice_routes, admin, gpt_sovits, gpt_sovits_control,
                    cosyvoice):
         app.include_router(module.router)
-    # -- edge nodes and packs (issue 14): /v1/packs routes, identity record, edge fallback --
-    from .packs import install as install_packs
-
-    install_packs(app)
-    # -- end of edge nodes and packs --
+    install_packs(app)  # /v1/packs routes and the identity record
+    edge = cached.engine
+    if getattr(edge, "fallback_engine", None) is not None and not is_fallback(edge):
+        app.add_middleware(EdgeFallback, edge=edge, fallback=fallback_app(app, edge))
     app.add_middleware(BodyLimit, options=options)
     app.add_middleware(StoredAudioFastPath)  # outermost: memory hits skip everything else
     app.add_middleware(AccessLog, enabled=options.access_log)  # sees the fast path's answers too
@@ -76,6 +81,20 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
     install_dashboard(app, settings)
     # -- end of the operator's dashboard --
     return app
+
+
+def fallback_app(app: FastAPI, edge: Any) -> FastAPI:
+    """An edge's fallback: a second app over the same folder with the fallback engine
+    (``service.edge``), whose revision is marked so its keys are never the center's."""
+    settings, options = app.state.settings, app.state.options
+    cached = app.state.server.cached
+    engine = edge.fallback_engine
+    fallback = CachedEngine(
+        engine, cached.cache, lock_wait=cached.lock_wait, max_text_chars=cached.max_text_chars,
+        segments=enabled(settings.segments, engine), seed_policy=settings.seed_policy)
+    # access_log off: the edge's own line covers the request
+    return create_app(settings, options=dataclasses.replace(options, access_log=False),
+                      cached=fallback)
 
 
 def app_from_environment() -> FastAPI:

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from ..entry import CorruptEntry, decode
 from ..tiers.entry_files import NotAnEntryFile, read_entry_file
-from ..usage import request_from_payload
+from ..policies.usage import request_from_payload
 from .dashboard_series import SeriesMemo, hit_rate, hits_and_misses, recent, series
 from .history import History, HistoryUnavailable, Sample
 from .metrics import KIND_SCAN_SECONDS, disk_kinds

@@ -1,6 +1,7 @@
 """An edge's fallback: while the center is unreachable, a miss is answered by a local engine.
 
 The fallback is a whole second app over the same cache folder, built by ``create_app``
+(``app.fallback_app``)
 with the fallback engine (``VoxcacheEdgeEngine.fallback_engine``, e.g. Piper on the
 device), so every route, format and streaming mode works exactly as it does for the
 center's takes. ``EdgeFallback`` sits in front of the edge's own app: a request that
@@ -19,28 +20,9 @@ is back, the same request keys as the center's again and is fetched from it.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-
-def install_fallback(app: FastAPI, edge: Any) -> None:
-    """Build the fallback app for ``edge.fallback_engine`` and put ``EdgeFallback`` in front."""
-    from ..cached import CachedEngine
-    from ..policies.segments import enabled
-    from .app import create_app
-
-    settings, options = app.state.settings, app.state.options
-    cached = app.state.server.cached
-    engine = edge.fallback_engine
-    fallback_cached = CachedEngine(
-        engine, cached.cache, lock_wait=cached.lock_wait, max_text_chars=cached.max_text_chars,
-        segments=enabled(settings.segments, engine), seed_policy=settings.seed_policy)
-    fallback = create_app(settings, options=dataclasses.replace(options, access_log=False),
-                          cached=fallback_cached)  # access_log off: one line per request
-    app.add_middleware(EdgeFallback, edge=edge, fallback=fallback)
 
 
 class EdgeFallback:

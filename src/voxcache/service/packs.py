@@ -28,8 +28,8 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from .. import identity as identities
 from ..errors import InvalidParameter, NotFound
-from ..packs import identity as identities
 from ..packs.select import Selection
 from .errors import Unauthorized
 from .guard import admin_only, presented_key, tenant_for
@@ -128,8 +128,7 @@ def _publisher(request: Request) -> Any:
 
 
 def install(app: FastAPI) -> None:
-    """Add the routes, the publisher (with a signing key), the identity record, and — on an
-    edge with a fallback engine — the fallback (see the module docstring)."""
+    """Add the routes, the publisher (with a signing key) and the identity record."""
     if is_fallback(app.state.server.cached.engine):
         return  # an edge's fallback app (service.edge): it only answers replayed misses
     app.include_router(router)
@@ -141,10 +140,6 @@ def install(app: FastAPI) -> None:
             identities.write_record(server.cache.root, node_identity(app), "served")
         except OSError as exc:
             log.warning("could not record this node's engine identity: %s", exc)
-    if getattr(engine, "fallback_engine", None) is not None:
-        from .edge import install_fallback
-
-        install_fallback(app, engine)
 
 
 def _open_publisher(app: FastAPI) -> Any:

@@ -36,11 +36,11 @@ from collections.abc import Iterator
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
+from .. import identity as identities
 from ..audio import Audio
 from ..engines import load_engine
 from ..errors import InvalidParameter, Overloaded, UpstreamError
 from ..key import digest, key_payload
-from ..packs import identity as identities
 from ..request import ResolvedRequest
 from .base import UpstreamEngine
 from .center import CenterClient, KeyMismatch, Unreachable

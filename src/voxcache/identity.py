@@ -22,10 +22,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..engine import Engine
-from ..errors import InvalidParameter
-from ..fsmode import private_dirs, write_private
-from ..params import ParamSpec
+from .engine import Engine
+from .errors import InvalidParameter
+from .fsmode import private_dirs, write_private
+from .params import ParamSpec
 
 RECORD = Path("packs") / "identity.json"
 TYPES = ("float", "int", "bool", "str")
