@@ -19,8 +19,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..entry import CorruptEntry, decode
-from ..tiers.entry_files import NotAnEntryFile, read_entry_file
 from ..policies.usage import request_from_payload
+from ..tiers.entry_files import NotAnEntryFile, read_entry_file
 from .dashboard_series import SeriesMemo, hit_rate, hits_and_misses, recent, series
 from .history import History, HistoryUnavailable, Sample
 from .metrics import KIND_SCAN_SECONDS, disk_kinds
