@@ -464,6 +464,8 @@ class CachedEngine:
             started: float) -> Result:
         """A take found in a tier, counted and recorded as a hit."""
         entry, tier = found
+        if tier == "memory":  # recency for the disk tier's eviction, which never saw this read
+            self.cache.disk.note_hit(key)
         self.count(f"hits_{tier}")
         self.asked(resolved, key, hit=True)
         self.observer.hit(tier, entry)

@@ -255,3 +255,14 @@ def test_network_filesystem_is_warned_about_loudly(tmp_path, caplog):
     local.write_text("/dev/sda1 / ext4 rw 0 0\n")
     assert warn_if_network_filesystem(tmp_path / "cache", str(local)) == "ext4"
     assert "network filesystem" not in caplog.text
+
+
+def test_memory_hits_count_for_the_disk_tiers_eviction(cached_tone):
+    """A phrase served from memory all day must not look cold to the disk tier's eviction
+    (its hits used to be recorded only when the disk was read)."""
+    first = cached_tone.synthesize(R("Hot in memory all day."))
+    for _ in range(5):
+        assert cached_tone.synthesize(R("Hot in memory all day.")).tier == "memory"
+    cached_tone.cache.disk.flush()
+    (row,) = cached_tone.cache.disk.index.rows("key = ?", [first.key])
+    assert row.hits == 5

@@ -105,10 +105,16 @@ class DiskTier:
         now = self._clock()
         if entry.header.expired(now):
             return None
+        self.note_hit(key, now)
+        return entry
+
+    def note_hit(self, key: str, now: float | None = None) -> None:
+        """Count a hit of ``key`` for eviction (flushed in a batch). Hits served from the
+        memory tier are noted here too: a phrase hot in memory must not look cold on disk."""
+        now = self._clock() if now is None else now
         with self._pending_lock:
             hits, _ = self._pending.get(key, (0, 0.0))
             self._pending[key] = (hits + 1, now)
-        return entry
 
     def _read(self, path: str, key: str, kind: str) -> Entry | None:
         """The verified entry at ``path`` regardless of expiry; None when absent or bad."""
