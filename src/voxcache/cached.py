@@ -388,9 +388,13 @@ class CachedEngine:
     def store(self, key: str, audio: Audio, resolved: ResolvedRequest,
               **meta: Any) -> tuple[Entry, bool]:
         """Build the take's entry and write it through every tier: (entry, stored)."""
-        ttl = resolved.ttl if resolved.ttl is not None else self.cache.config.default_ttl
-        entry = audio_entry(key, audio, ttl=ttl, meta={**resolved.describe(), **meta})
+        entry = self.seal(key, audio, resolved, **meta)
         return entry, self.cache.put(entry, tenant=resolved.tenant)
+
+    def seal(self, key: str, audio: Audio, resolved: ResolvedRequest, **meta: Any) -> Entry:
+        """The take's stored form (its envelope), not yet written anywhere."""
+        ttl = resolved.ttl if resolved.ttl is not None else self.cache.config.default_ttl
+        return audio_entry(key, audio, ttl=ttl, meta={**resolved.describe(), **meta})
 
     def render_once(self, resolved: ResolvedRequest, key: str, started: float,
                     progress: Progress = NO_PROGRESS) -> Result:
@@ -403,10 +407,12 @@ class CachedEngine:
         try:
             result = self._lead(resolved, key, flight, started, progress)
         except BaseException as exc:
-            flight.future.set_exception(exc)
+            if not flight.future.done():
+                flight.future.set_exception(exc)
             raise
         else:
-            flight.future.set_result(result)
+            if not flight.future.done():
+                flight.future.set_result(result)
             return result
         finally:
             self.flights.land(key, flight)
@@ -454,8 +460,12 @@ class CachedEngine:
             chunks.append(chunk)
             flight.publish(chunk)
             progress.chunk(chunk)
-        entry, stored = self.store(key, Audio.join(chunks), resolved,
-                                   render_seconds=round(seconds_since(render_started), 4))
+        entry = self.seal(key, Audio.join(chunks), resolved,
+                          render_seconds=round(seconds_since(render_started), 4))
+        # The waiters get the take as soon as it exists, not after the write: what they are
+        # given is the take itself, so a write that then fails loses them nothing.
+        flight.future.set_result(Result(entry, key, "miss", "engine", seconds_since(started)))
+        stored = self.cache.put(entry, tenant=resolved.tenant)
         self.remember(resolved, key)
         self.count("misses")
         return Result(entry, key, "miss", "engine", seconds_since(started), stored)
