@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 from ..entry import CorruptEntry, Entry, decode
 from ..errors import CacheDirError
 from ..fsmode import private_dirs, write_private
+from . import sessions
 from .base import OK, TierHealth
 from .entry_files import NotAnEntryFile, read_entry_file
 from .faults import FaultLog
@@ -67,9 +68,16 @@ class DiskTier:
         self._deferred_pins: dict[str, tuple[bool, float | None]] = {}
         self._pending_lock = threading.Lock()
         self.faults = FaultLog(log, self.count)
-        _prepare_root(self.root)
-        warn_if_network_filesystem(self.root)
-        self.index = _open_index(self.root)
+        # First, before anything here can leave a temp file: this process's session
+        # record (a crash from now on makes the next start walk the folder).
+        self.session, self.start_state = sessions.begin(self.root)
+        try:
+            _prepare_root(self.root)
+            warn_if_network_filesystem(self.root)
+            self.index = _open_index(self.root)
+        except BaseException:
+            self.session.end(clean=True)  # it never used the folder
+            raise
         self._objects = str(self.root / "objects")
         self._repairing = threading.Lock()
         self._last_fault: tuple[float, str] | None = None
@@ -77,6 +85,8 @@ class DiskTier:
         self._flusher = threading.Thread(target=self._flush_loop, args=(flush_interval,),
                                          name="voxcache-disk-flush", daemon=True)
         self._flusher.start()
+        self.walk_reason: str | None = None
+        """Why this start walked the folder (None: it was known consistent, or no check)."""
         self.startup_check: threading.Thread | None = None
         if check_at_start:
             self.startup_check = threading.Thread(target=self._check_at_start,
@@ -84,13 +94,24 @@ class DiskTier:
             self.startup_check.start()
 
     def _check_at_start(self) -> None:
-        """Sweep crash-left temp files and reconcile the index with the files, off the
-        request path (a million-entry folder takes seconds to walk)."""
+        """Walk the folder — sweep crash-left temp and lock files, reconcile the index with
+        the files — only when a process that used it did not close cleanly (``sessions``);
+        off the request path, since a million-entry folder takes seconds to walk."""
+        if self.start_state.walk_reason is None:
+            return  # every process since the last walk closed cleanly: consistent as it is
         try:
-            report = reconcile(self.root, self.index)
+            with sessions.walk_lock(self.root):
+                state = sessions.start_state(self.root)  # another process may have walked
+                if state.walk_reason is None:
+                    return
+                self.walk_reason = state.walk_reason
+                log.info("disk tier: checking the folder at start (%s)", state.walk_reason)
+                report = reconcile(self.root, self.index)
+                sessions.finish_walk(self.root, state)
         except Exception as exc:  # never take the process down over an accelerator
             self._index_fault("start-up check", exc)
             return
+        self.count("startup_walks")
         if any(report.values()):
             log.warning("disk tier: start-up check repaired the index: %s", report)
 
@@ -382,13 +403,17 @@ class DiskTier:
             self.flush()
 
     def close(self) -> None:
-        """Flush and stop the background flusher."""
+        """Flush, stop the background flusher, and end this process's session: cleanly
+        (the next start skips the walk) only if the index took every row it is owed."""
         self._stop.set()
         self._flusher.join(timeout=5)
         if self.startup_check is not None:
             self.startup_check.join(timeout=30)
         self.flush()
+        with self._pending_lock:
+            owed = bool(self._deferred or self._deferred_pins)
         self.index.close()
+        self.session.end(clean=not owed and not _in_memory(self.index))
 
 
 def _prepare_root(root: Path) -> None:
@@ -437,6 +462,11 @@ def _open_index(root: Path) -> Index:
     if not existed:
         rebuild_index(root, index)
     return index
+
+
+def _in_memory(index: Index) -> bool:
+    """True for the stand-in index of a full disk: its rows die with the process."""
+    return str(index.path).startswith("file:")
 
 
 def _index_in_memory(root: Path, path: Path, exc: BaseException) -> Index:
