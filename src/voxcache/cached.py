@@ -22,6 +22,7 @@ three forms:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
 import time
@@ -173,7 +174,7 @@ class CachedEngine:
         payload = self.key_payload(resolved)
         key = digest(payload)
         policy = self.seed_policy_for(request)
-        plan = None if not self._uses_pin(request, resolved) or not self.segments else (
+        plan = None if not self.uses_pin(request, resolved) or not self.segments else (
             segments.plan(self, resolved))
         return {"key": key, "payload": payload, "canonical": canonical_bytes(payload).decode(),
                 "seed_policy": describe(resolved, key, policy),
@@ -181,7 +182,7 @@ class CachedEngine:
                 "segments": None if plan is None else [
                     {"text": s.resolved.text, "key": s.key} for s in plan]}
 
-    def _uses_pin(self, request: SynthesisRequest, resolved: ResolvedRequest) -> bool:
+    def uses_pin(self, request: SynthesisRequest, resolved: ResolvedRequest) -> bool:
         """True unless an unseeded request falls to a bypass or variants seed policy."""
         return resolved.seed is not None or self.seed_policy_for(request).mode == "pin"
 
@@ -202,7 +203,7 @@ class CachedEngine:
             self.cache.delete(key)
         elif mode != "use":
             raise InvalidParameter(f"cache mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if not self._uses_pin(request, resolved):  # the take pool decides, not take 0 alone
+        if not self.uses_pin(request, resolved):  # the take pool decides, not take 0 alone
             return self.takes.serve(self, resolved, key, self.seed_policy_for(request),
                                     started, progress)
         found = self.lookup(key)
@@ -267,7 +268,7 @@ class CachedEngine:
         """
         started = time.perf_counter()
         resolved_request, key = resolved or await self.aresolve_and_key(request)
-        shared = mode == "use" and self._uses_pin(request, resolved_request)
+        shared = mode == "use" and self.uses_pin(request, resolved_request)
         if shared:
             fast = await self._on_the_loop(resolved_request, key, started, stream, timeout)
             if fast is not None:
@@ -282,7 +283,7 @@ class CachedEngine:
             self._pending[key] = future
             future.add_done_callback(lambda done: self._forget_pending(key, done))
         if channel is None:
-            return self._whole(await _wait(future, timeout))
+            return Take.whole(await _wait(future, timeout))
         future.add_done_callback(channel.finish)
         return await channel.take(key, self.engine.sample_rate, timeout)
 
@@ -303,7 +304,7 @@ class CachedEngine:
                                 source=_follow(flight, timeout))
                 await asyncio.sleep(FOLLOW_POLL)
         result = await _wait(pending, timeout)
-        return self._whole(replace(result, cache="joined", seconds=seconds_since(started)))
+        return Take.whole(replace(result, cache="joined", seconds=seconds_since(started)))
 
     async def asynthesize(self, request: SynthesisRequest, *, mode: str = "use") -> Result:
         """Asyncio twin of ``synthesize``."""
@@ -323,19 +324,18 @@ class CachedEngine:
         started = time.perf_counter()
         key = self.key_of(resolved)
         entry = self.cache.memory.get(key)
-        tier = "memory"
-        if entry is None:
-            entry, tier = await self.admission.read(self.cache.read_disk, key), "disk"
-        if entry is None:
+        found = (entry, "memory") if entry is not None else (
+            await self.admission.read(self.cache.read_below, key))
+        if found is None:
             return None
-        return self._whole(self.hit(resolved, key, (entry, tier), started))
+        return Take.whole(self.hit(resolved, key, found, started))
 
     async def _on_the_loop(self, resolved: ResolvedRequest, key: str, started: float,
                            stream: bool, timeout: float | None) -> Take | None:
         """Memory on the loop, then a render in flight, then the slower tiers in the I/O pool."""
         entry = self.cache.memory.get(key)
         if entry is not None:
-            return self._whole(self.hit(resolved, key, (entry, "memory"), started))
+            return Take.whole(self.hit(resolved, key, (entry, "memory"), started))
         flight = self.flights.get(key)
         if flight is not None:
             self.count("joins")
@@ -343,19 +343,11 @@ class CachedEngine:
                 return Take(key, "JOINED", "engine", self.engine.sample_rate, 1,
                             source=_follow(flight, timeout))
             shared = await _wait(flight.future, timeout)
-            return self._whole(replace(shared, cache="joined", seconds=seconds_since(started)))
-        entry = await self.admission.read(self.cache.read_disk, key)
-        if entry is not None:
-            return self._whole(self.hit(resolved, key, (entry, "disk"), started))
+            return Take.whole(replace(shared, cache="joined", seconds=seconds_since(started)))
+        found = await self.admission.read(self.cache.read_below, key)
+        if found is not None:  # the tier that answered: disk, redis, s3 (X-Cache-Tier)
+            return Take.whole(self.hit(resolved, key, found, started))
         return None
-
-    @staticmethod
-    def _whole(result: Result) -> Take:
-        header = result.entry.header
-        split = result.segments_hit + result.segments_rendered
-        return Take(result.key, result.cache.upper(), result.tier, header.sample_rate,
-                    header.channels, result=result,
-                    segments=(result.segments_hit, result.segments_rendered) if split else None)
 
     # -- the pipeline (what policies may use) --------------------------------------------------
     def lookup(self, key: str) -> tuple[Entry, str] | None:
@@ -367,9 +359,11 @@ class CachedEngine:
         return self.cache.read_disk(key)
 
     def lock(self, key: str) -> AbstractContextManager[bool]:
-        """The key's cross-process lock (failing open on a read-only or full folder)."""
-        return key_lock(self.cache.root / "locks", key, self.lock_wait,
-                        on_fault=self.cache.lock_fault)
+        """The key's lock: across this machine's processes a ``flock`` (failing open on a
+        read-only or full folder), then, with a Redis tier, across nodes the key's render
+        lease (``_machine_then_nodes``). True: go on (read again, then render); False: the
+        wait ran out (render without it)."""
+        return _machine_then_nodes(self, key)
 
     def render(self, resolved: ResolvedRequest) -> Iterator[Audio]:
         """The engine's chunks, inside a render slot, counted and observed."""
@@ -441,13 +435,14 @@ class CachedEngine:
     def _lead(self, resolved: ResolvedRequest, key: str, flight: Flight, started: float,
               progress: Progress) -> Result:
         with self.lock(key) as locked:
-            if locked:
-                entry = self.reread(key)  # another process may have stored it meanwhile
-                if entry is not None:
+            if locked:  # another process or node may have stored it meanwhile
+                found = self.cache.read_below(key)
+                if found is not None:
+                    entry, tier = found
                     self.count("joins")
-                    progress.begin("joined", "disk")
+                    progress.begin("joined", tier)
                     progress.chunk(entry.audio())
-                    return Result(entry, key, "joined", "disk", seconds_since(started))
+                    return Result(entry, key, "joined", tier, seconds_since(started))
             return self._render(resolved, key, flight, started, progress)
 
     def _render(self, resolved: ResolvedRequest, key: str, flight: Flight, started: float,
@@ -518,7 +513,7 @@ class _Channel:
         """The take as soon as the miss says how it is served (or ends without streaming)."""
         kind, value = await asyncio.wait_for(self._queue.get(), timeout)
         if kind == "done":
-            return CachedEngine._whole(value.result())
+            return Take.whole(value.result())
         cache, tier, split = value
         return Take(key, cache.upper(), tier, sample_rate, 1, source=self._chunks(timeout),
                     segments=split)
@@ -531,6 +526,25 @@ class _Channel:
             elif kind == "done":
                 value.result()  # re-raises a render that failed after its first chunk
                 return
+
+
+# -- one render per key across nodes: the composite lock --------------------------------------
+@contextlib.contextmanager
+def _machine_then_nodes(engine: CachedEngine, key: str) -> Iterator[bool]:
+    """The local ``flock`` first, then the key's lease in Redis (``tiers.leases``), within one
+    ``lock_wait``. The flock stays the lock every policy sees (segments take it per
+    sentence), and it means one process per machine at most asks Redis for a key. The
+    lease yields True also when its holder's take has landed (read it: no render) or Redis
+    cannot be asked (fail open: the local lock alone)."""
+    cache = engine.cache
+    deadline = time.monotonic() + engine.lock_wait
+    with key_lock(cache.root / "locks", key, engine.lock_wait,
+                  on_fault=cache.lock_fault) as locked:
+        if not locked or cache.leases is None:
+            yield locked
+            return
+        with cache.leases.hold(key, max(0.0, deadline - time.monotonic())) as held:
+            yield held
 
 
 async def _follow(flight: Flight, timeout: float | None) -> AsyncIterator[Audio]:

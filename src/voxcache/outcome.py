@@ -91,6 +91,15 @@ class Take:
     segments: tuple[int, int] | None = None
     """Segment mode: (sentences from the cache, sentences rendered) for this request."""
 
+    @classmethod
+    def whole(cls, result: Result) -> Take:
+        """A take served whole."""
+        header = result.entry.header
+        split = result.segments_hit + result.segments_rendered
+        return cls(result.key, result.cache.upper(), result.tier, header.sample_rate,
+                   header.channels, result=result,
+                   segments=(result.segments_hit, result.segments_rendered) if split else None)
+
     @property
     def entry(self) -> Entry | None:
         """The stored take, when it is whole."""

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.telemetry import TelemetryConfig
 
 from ..cached import CachedEngine
 from ..config import Settings, load_settings
@@ -33,9 +34,15 @@ from .packs import install as install_packs
 from .packs import is_fallback
 from .routes import cosyvoice, gpt_sovits, gpt_sovits_control
 from .serving import Server
+from .speech_memo import SpeechHitFastPath, SpeechMemo
 from .voices import VoiceStore
 
 log = logging.getLogger("voxcache.service")
+
+NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False,
+                                 "operation_spans": False, "auto_configure": False}
+"""FastAPI's own OpenTelemetry hooks, off: the service exports its figures to Prometheus
+(/metrics), and the hooks' per-request check of the providers cost every hit ~10 µs."""
 
 
 def create_app(settings: Settings, *, options: ServiceOptions | None = None,
@@ -58,7 +65,8 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
         cached.cache.close()
 
     app = FastAPI(title="voxcache", version="0.1.0", lifespan=lifespan,
-                  summary="An inference cache for text-to-speech and voice cloning")
+                  summary="An inference cache for text-to-speech and voice cloning",
+                  telemetry=NO_TELEMETRY)
     app.state.settings = settings
     app.state.options = options
     app.state.server = server
@@ -71,6 +79,8 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
     edge = cached.engine
     if getattr(edge, "fallback_engine", None) is not None and not is_fallback(edge):
         app.add_middleware(EdgeFallback, edge=edge, fallback=fallback_app(app, edge))
+    app.state.speech_memo = SpeechMemo()
+    app.add_middleware(SpeechHitFastPath)  # inside BodyLimit: it reads the body BodyLimit kept
     app.add_middleware(BodyLimit, options=options)
     app.add_middleware(StoredAudioFastPath)  # outermost: memory hits skip everything else
     app.add_middleware(AccessLog, enabled=options.access_log)  # sees the fast path's answers too

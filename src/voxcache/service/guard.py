@@ -154,7 +154,7 @@ class BodyLimit:
             self.deadlines.stop(task)
         if body is None:
             return  # the client went away mid-body: nobody to answer
-        await self.app(scope, _replay(body, receive), send)
+        await self.app(scope, replay_body(body, receive), send)
 
 
 async def _read_body(receive: Receive, limit: int) -> list[bytes] | None:
@@ -175,7 +175,7 @@ async def _read_body(receive: Receive, limit: int) -> list[bytes] | None:
             return chunks
 
 
-def _replay(chunks: list[bytes], receive: Receive) -> Receive:
+def replay_body(chunks: list[bytes], receive: Receive) -> Receive:
     """A ``receive`` that hands out the body already read, then waits as the server's does
     (a streaming response listens on it for the client going away)."""
     pending = list(reversed(chunks or [b""]))

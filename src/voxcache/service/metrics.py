@@ -32,6 +32,8 @@ from prometheus_client.registry import Collector
 
 from ..cache import Cache
 from ..entry import Entry
+from ..stages.figures import EVENTS as STAGE_EVENTS
+from ..stages.figures import stage_figures
 from .history import History, HistoryUnavailable, Sample, sample
 
 disable_created_metrics()  # the _created series double every scrape for no use here
@@ -84,15 +86,23 @@ class Metrics:
         self._gauges: dict[str, Callable[[], float]] = {
             "voxcache_render_queue_depth": queue_depth, "voxcache_renders_running": running}
         self.history: History | None = None
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.registry = CollectorRegistry()
         """What ``/metrics`` exports."""
         self.collector = _Collector(self)
         self.registry.register(self.collector)
 
     # -- counting (the request path) -------------------------------------------------
+    def _child(self, family: Any, *labels: str) -> Any:
+        """A labelled series, looked up once (``labels()`` costs microseconds on every hit)."""
+        child = self._children.get((id(family), labels))
+        if child is None:
+            child = self._children[(id(family), labels)] = family.labels(*labels)
+        return child
+
     def hit(self, tier: str, entry: Entry) -> None:
         """Count a hit and the render time it saved (recorded in the entry at render time)."""
-        self.hits.labels(tier).inc()
+        self._child(self.hits, tier).inc()
         saved = entry.header.meta.get("render_seconds")
         if isinstance(saved, int | float):
             self.saved_seconds.inc(saved)
@@ -105,11 +115,11 @@ class Metrics:
 
     def request(self, route: str, cache: str, code: int) -> None:
         """Count one answered request."""
-        self.requests.labels(route, cache, str(code)).inc()
+        self._child(self.requests, route, cache, str(code)).inc()
 
     def first_audio(self, cache: str, seconds: float) -> None:
         """Record time to first audio."""
-        self.ttfa.labels(cache).observe(seconds)
+        self._child(self.ttfa, cache).observe(seconds)
 
     def answered(self, cache: str, seconds: float) -> None:
         """Record the whole time of an audio response (``timing.ResponseTiming`` calls it)."""
@@ -198,6 +208,7 @@ class _Collector(Collector):
             if name not in stats["counters"]:
                 events.add_metric([name], 0)
         yield events
+        yield from stage_families(stats["counters"])  # stage caches (issue 12)
 
     def _workers(self, counters: dict[Sample, float], gauges: dict[Sample, float]
                  ) -> Iterator[Any]:
@@ -252,6 +263,30 @@ class _Collector(Collector):
             with self._lock:
                 self._kinds = (time.monotonic(), kinds)
         return kinds
+
+
+# -- stage caches (issue 12): the persisted stage_<kind>_<name> counters, labelled by kind --
+def stage_families(counters: dict[str, int]) -> Iterator[Any]:
+    """The stage caches' figures per kind (every kind and event present, zero when nothing
+    happened: an alert on a missing series never fires). Folder-wide, like the counters."""
+    figures = stage_figures(counters)
+    events = CounterMetricFamily("voxcache_stage_events", "Stage cache lookups per artifact "
+                                 "kind: hits, misses (extracted), joins (shared another "
+                                 "caller's extraction)", labels=["kind", "event"])
+    written = CounterMetricFamily("voxcache_stage_bytes_written", "Bytes of stage artifacts "
+                                  "written, per kind", labels=["kind"])
+    saved = CounterMetricFamily("voxcache_stage_seconds_saved", "Extractor seconds the stage "
+                                "cache hits did not spend, per kind", labels=["kind"])
+    spent = CounterMetricFamily("voxcache_stage_compute_seconds", "Extractor seconds spent on "
+                                "stage cache misses, per kind", labels=["kind"])
+    for kind, figure in figures.items():
+        for event in STAGE_EVENTS:
+            events.add_metric([kind, event], figure[event])
+        written.add_metric([kind], figure["bytes"])
+        saved.add_metric([kind], figure["saved_seconds"])
+        spent.add_metric([kind], figure["compute_seconds"])
+    yield from (events, written, saved, spent)
+# -- end of stage caches --
 
 
 def _caps(disk: dict[str, Any]) -> Iterator[Any]:

@@ -95,15 +95,30 @@ async def delivered(server: Server, entry: Entry, fmt: Format) -> tuple[Part, ..
     """The entry in ``fmt``, as parts to send in order: a plain WAV header and the stored
     samples, the stored samples alone (pcm at the take's rate), or a cached ``encoded``
     entry (memory and disk; encoded in the I/O pool the first time)."""
+    parts = held_parts(server, entry, fmt)
+    if parts is not None:
+        return parts
+    return (await server.admission.read(encode_cached, server.cache, entry, fmt),)
+
+
+def held_parts(server: Server, entry: Entry, fmt: Format) -> tuple[Part, ...] | None:
+    """The entry in ``fmt`` when that needs no I/O (the stored samples, or an encoding the
+    memory tier holds); None when it must be read or encoded."""
     header = entry.header
     if passthrough(fmt, header.sample_rate):
         if fmt.name == "pcm":
             return (entry.payload,)
         return wav_header(header.sample_rate, header.channels, header.length), entry.payload
     found = server.cache.memory.get(key_of(header.key, fmt), "encoded")
-    if found is not None:
-        return (found.payload,)
-    return (await server.admission.read(encode_cached, server.cache, entry, fmt),)
+    return None if found is None else (found.payload,)
+
+
+def hit_headers(take: Take, fmt: Format, length: int) -> list[tuple[bytes, bytes]]:
+    """The raw headers ``whole`` sends for ``take`` (a memory hit's answer, prebuilt once)."""
+    headers = {**cache_headers(take, fmt), "Content-Length": str(length),
+               "Content-Type": media_type(fmt, take.sample_rate)}
+    return [(name.lower().encode("latin-1"), value.encode("latin-1"))
+            for name, value in headers.items()]
 
 
 async def streamed(server: Server, take: Take, fmt: Format, started: float, sse: bool,

@@ -38,6 +38,7 @@ from .options import OPENAI_MODELS, OPENAI_VOICES
 from .respond import STREAMABLE, streamed, whole
 from .schemas import SpeechRequest, SynthesizeRequest
 from .serving import MODES, Server
+from .speech_memo import Decision, Identity, request_identity
 from .voices import VOICE_ID
 
 router = APIRouter(dependencies=[Depends(render_priority)])
@@ -86,7 +87,8 @@ async def speech(body: SpeechRequest, request: Request,
                                 **voice_fields)
         sse = body.stream_format == "sse"
         return await _serve(request, "speech", core, fmt, body.cache, sse or fmt.name == "pcm",
-                            sse, started, text=body.input)
+                            sse, started, text=body.input,
+                            memo=None if sse else request_identity(request.scope, tenant))
     except FieldRefusal:
         raise
     except RequestError as exc:
@@ -119,13 +121,18 @@ async def synthesize(body: SynthesizeRequest, request: Request,
 
 
 async def _serve(request: Request, route: str, core: SynthesisRequest, fmt: Format,
-                 mode: str, stream: bool, sse: bool, started: float, text: str = "") -> Response:
+                 mode: str, stream: bool, sse: bool, started: float, text: str = "",
+                 memo: Identity | None = None) -> Response:
     server: Server = request.app.state.server
     mode = _cache_mode(request, mode)
     if stream and not sse and fmt.name not in STREAMABLE:
         stream = False  # encoded formats are delivered whole
     private = getattr(request.state, "private_voice", None)
     resolved, key = await server.resolve(core)
+    if (memo is not None and mode == "use" and private is None and core.reference_audio is None
+            and server.cached.uses_pin(core, resolved)):
+        # served by key alone from now on: the next identical request skips this route
+        request.app.state.speech_memo.remember(memo, Decision(resolved, key, fmt))
     if private is not None:
         resolved = dataclasses.replace(resolved, voice=None, reference_fingerprint=private[0],
                                        prompt_text=private[1])
