@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from ..errors import InvalidParameter
 from ..runtime import open_cache, open_cached_engine
+from ..stages.figures import is_stage_counter, stage_figures
 from .common import (
     add_request_options,
     print_json,
@@ -116,6 +118,7 @@ def stats(args: argparse.Namespace) -> int:
         data = cache.stats()
     finally:
         cache.close()
+    data["stages"] = stage_figures(data["counters"])
     if args.json:
         print_json(data)
         return 0
@@ -124,9 +127,31 @@ def stats(args: argparse.Namespace) -> int:
                   f"(cap {disk['max_bytes'] or 'none'})")
     table = Table("counter", "value")
     for name, value in sorted(data["counters"].items()):
-        table.add_row(name, f"{value:,}")
+        if not is_stage_counter(name):  # those are in the table per kind below
+            table.add_row(name, f"{value:,}")
     console.print(table)
+    _print_stages(data["stages"])
     return 0
+
+
+def _print_stages(stages: dict[str, dict[str, float]]) -> None:
+    """The stage caches per kind (embeddings, prompts, token takes, sessions), once any
+    stage has been used in this cache folder."""
+    if not any(any(figures.values()) for figures in stages.values()):
+        console.print("stage caches: not used yet")
+        return
+    table = Table(title="stage caches (bytes written; saved: extractor time the hits did not "
+                  "spend; spent: extractor time of the misses)", title_justify="left",
+                  box=box.SIMPLE_HEAD, show_edge=False)
+    for name in ("kind", "hits", "misses", "joins", "hit rate", "bytes", "saved", "spent"):
+        table.add_column(name, no_wrap=True, justify="left" if name == "kind" else "right")
+    for kind, f in stages.items():
+        lookups = f["hits"] + f["misses"]
+        rate = f"{f['hits'] / lookups:.1%}" if lookups else "-"
+        table.add_row(kind, f"{f['hits']:,.0f}", f"{f['misses']:,.0f}", f"{f['joins']:,.0f}",
+                      rate, f"{f['bytes']:,.0f}", f"{f['saved_seconds']:,.3f} s",
+                      f"{f['compute_seconds']:,.3f} s")
+    console.print(table)
 
 
 def top_usage(args: argparse.Namespace) -> int:
