@@ -7,6 +7,10 @@ separate folders (``<cache>/voices/<tenant>/<id>/``): an id is useless outside
 its tenant. In privacy mode the raw clip is never written: the voice keeps its
 fingerprint and metadata, so takes already rendered with it stay servable, but
 new sentences need the clip uploaded again.
+
+What the service derives from a voice (its speaker embedding, ``voice_artifacts``)
+lives in the cache, keyed by the clip's content; ``voice.json`` records the
+embedding's key so a lookup needs no clip, which a private voice does not have.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import json
 import re
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import blake3
@@ -43,6 +47,8 @@ class Voice:
     created: float
     private: bool
     """True when the raw clip was not kept (privacy mode)."""
+    embedding: str | None = None
+    """The stage-cache key of the voice's speaker embedding (None: not derived yet)."""
 
     def public(self) -> dict[str, object]:
         """What the API shows (the tenant is implied by the caller)."""
@@ -83,6 +89,32 @@ class VoiceStore:
         write_private(folder / "voice.json", json.dumps(asdict(voice)).encode())
         return voice, existing is None
 
+    def set_embedding(self, tenant: str, voice_id: str, key: str | None) -> Voice | None:
+        """Record the key of the voice's speaker embedding; None when the voice is gone (a
+        delete that landed meanwhile is not undone: the folder is not created again)."""
+        voice = self._read(tenant, voice_id)
+        if voice is None or voice.embedding == key:
+            return voice
+        updated = replace(voice, embedding=key)
+        try:
+            write_private(self._folder(tenant, voice_id) / "voice.json",
+                          json.dumps(asdict(updated)).encode())
+        except FileNotFoundError:
+            return None
+        return updated
+
+    def find(self, voice_id: str) -> list[Voice]:
+        """The voices with this id in every tenant (what an operator's purge names; the
+        same clip uploaded by two tenants is one id in two folders)."""
+        if not VOICE_ID.fullmatch(voice_id) or not self.root.is_dir():
+            return []
+        found = []
+        for folder in sorted(self.root.iterdir()):
+            voice = self._read_file(folder / voice_id / "voice.json")
+            if voice is not None and self._tenant_folder(voice.tenant) == folder:
+                found.append(voice)
+        return found
+
     def get(self, tenant: str, voice_id: str) -> Voice:
         """Return the tenant's voice or ``NotFound`` (also for another tenant's id)."""
         voice = self._read(tenant, voice_id)
@@ -113,9 +145,12 @@ class VoiceStore:
     def _read(self, tenant: str, voice_id: str) -> Voice | None:
         if not VOICE_ID.fullmatch(voice_id):
             return None
+        return self._read_file(self._folder(tenant, voice_id) / "voice.json")
+
+    @staticmethod
+    def _read_file(path: Path) -> Voice | None:
         try:
-            data = json.loads((self._folder(tenant, voice_id) / "voice.json").read_text())
-            return Voice(**data)
+            return Voice(**json.loads(path.read_text()))
         except (OSError, ValueError, TypeError):
             return None
 
