@@ -4,24 +4,30 @@ A voice is named the way clients name it, so ``--voice`` resolves it as the
 service does before matching the canonical voice the index records: the config
 file's ``[voice_aliases]`` first, then the engine's own names and aliases
 (``Engine.voices``), then OpenAI's voice names (which mean the engine's default
-voice). ``--dry-run`` lists what would go and deletes nothing. Deletes go
-through ``Cache.delete``, the one path that reaches every tier.
+voice). An uploaded voice id (``vc_…``) names a clip: everything derived from it
+in its tenant goes — takes and their encodings, embeddings, prompts, token takes,
+and (through the voice anchor) the sessions running services hold in memory.
+``--dry-run`` lists what would go, by kind, and deletes nothing. Deletes go
+through ``Cache.delete``, the one path that reaches every tier and every process.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from ..cache import Cache
 from ..config import Settings
 from ..engine import Engine
-from ..errors import VoxcacheError
+from ..errors import InvalidParameter, MissingDependency, NotFound, VoxcacheError
 from ..runtime import open_cache
+from ..stages import voice_anchor
 from ..tiers.index import Index, IndexRow
 from .common import FAILED, OK, USAGE, print_json, settings_from, warn
 from .keys import resolve_key, short_key
@@ -38,7 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--key", action="append", default=[], help="a full key or unique prefix "
                    "(repeatable)")
     p.add_argument("--voice", help="a voice as clients name it: an engine voice, one of its "
-                   "aliases, a [voice_aliases] name, or an OpenAI voice name")
+                   "aliases, a [voice_aliases] name, an OpenAI voice name, or an uploaded "
+                   "voice id (vc_…: everything derived from its clip, in every tenant that "
+                   "uploaded it unless --tenant says which)")
     p.add_argument("--tenant")
     p.add_argument("--older-than", type=float, metavar="SECONDS")
     p.add_argument("--all", action="store_true")
@@ -54,23 +62,32 @@ def purge(args: argparse.Namespace) -> int:
         warn("say what to purge: --key, --voice, --tenant, --older-than or --all")
         return USAGE
     settings = settings_from(args)
-    voice = resolve_voice(args.voice, settings) if args.voice else None
+    uploaded = uploaded_voices(args.voice, args.tenant, settings) \
+        if args.voice and args.voice.startswith("vc_") else None
+    voice = uploaded_voice_report(args.voice, uploaded) if uploaded is not None else \
+        resolve_voice(args.voice, settings) if args.voice else None
     cache = open_cache(settings)
     try:
         index = cache.disk.index
         keys = [resolve_key(index, given).key for given in args.key]
-        where, params = _filter(args, keys, voice["canonical"] if voice else None)
+        where, params = _filter(args, keys, voice["canonical"] if voice else None, uploaded)
         rows = index.rows(where, params, order="key")
         shorts = {r.key: short_key(index, r.key) for r in rows[:ROWS_SHOWN]}
-        voices_stored = _voices(index) if voice and not rows else None
+        voices_stored = _voices(index) if voice and not rows and uploaded is None else None
         deleted = 0
         if not args.dry_run:
-            for row in rows:
+            selected = {r.key for r in rows}
+            # derived entries first: a take's delete takes its encodings along, and they
+            # would then not count as deleted
+            for row in sorted(rows, key=lambda r: r.parent not in selected):
                 deleted += bool(cache.delete(row.key, row.kind))
+            if uploaded and not (keys or args.older_than is not None):
+                forget_anchors(cache, uploaded, {r.key for r in rows}, settings)
     finally:
         cache.close()
     report = {"dry_run": args.dry_run, "voice": voice, "matched": len(rows),
               "bytes": sum(r.size for r in rows), "deleted": deleted,
+              "by_kind": dict(sorted(Counter(r.kind for r in rows).items())),
               "entries": [_entry(r, shorts.get(r.key)) for r in rows]}
     if args.json:
         print_json(report)
@@ -78,6 +95,50 @@ def purge(args: argparse.Namespace) -> int:
         _print(report, rows, shorts, voices_stored)
     named = bool(args.key or args.voice or args.tenant)
     return FAILED if named and not rows else OK
+
+
+def uploaded_voices(voice_id: str, tenant: str | None, settings: Settings) -> list[Any]:
+    """The uploaded voices with this id (one per tenant that uploaded the clip, or the one
+    of ``tenant``); ``NotFound`` when there is none."""
+    try:
+        from ..service.voices import VOICE_ID, VoiceStore
+    except ImportError as exc:
+        raise MissingDependency(f"purging an uploaded voice reads the service's voice records; "
+                                f"{exc.name or exc} is not importable: pip install "
+                                "'voxcache[service]'") from None
+    if not VOICE_ID.fullmatch(voice_id):
+        raise InvalidParameter(f"{voice_id!r} is not an uploaded voice id (vc_ and 24 hex "
+                               "digits, as POST /v1/voices answered)")
+    found = [v for v in VoiceStore(settings.cache_dir / "voices", 0).find(voice_id)
+             if tenant is None or v.tenant == tenant]
+    if not found:
+        where = f" of tenant {tenant!r}" if tenant else ""
+        raise NotFound(f"no uploaded voice {voice_id!r}{where} in {settings.cache_dir}")
+    return found
+
+
+def uploaded_voice_report(voice_id: str, voices: list[Any]) -> dict[str, Any]:
+    """What ``--voice vc_…`` resolved to (the report's ``voice``)."""
+    tenants = ", ".join(sorted(v.tenant for v in voices))
+    return {"asked": voice_id, "canonical": voices[0].fingerprint[:16],
+            "how": f"an uploaded voice (tenant {tenants}): everything derived from its clip",
+            "uploaded": [{"tenant": v.tenant, "fingerprint": v.fingerprint} for v in voices]}
+
+
+def forget_anchors(cache: Cache, voices: list[Any], deleted: set[str],
+                   settings: Settings) -> None:
+    """Delete each voice's anchor: every process sharing the folder drops what it holds in
+    memory from the clip (sessions, which no index lists); then stop recording the purged
+    embedding's key in the voice (the service derives it again when asked)."""
+    from ..service.voices import VoiceStore
+    from ..stages import StageCache
+
+    stages = StageCache(cache)
+    store = VoiceStore(settings.cache_dir / "voices", 0)
+    for voice in voices:
+        stages.purge_voice(voice.tenant, voice.fingerprint)
+        if voice.embedding in deleted:
+            store.set_embedding(voice.tenant, voice.id, None)
 
 
 def resolve_voice(name: str, settings: Settings) -> dict[str, str]:
@@ -121,14 +182,19 @@ def _openai_voices() -> tuple[str, ...]:
     return OPENAI_VOICES
 
 
-def _filter(args: argparse.Namespace, keys: list[str],
-            voice: str | None) -> tuple[str, list[Any]]:
+def _filter(args: argparse.Namespace, keys: list[str], voice: str | None,
+            uploaded: list[Any] | None) -> tuple[str, list[Any]]:
     clauses: list[str] = []
     params: list[Any] = []
     if keys:
         clauses.append(f"key IN ({','.join('?' * len(keys))})")
         params += keys
-    if voice is not None:
+    if uploaded is not None:  # the clip's takes (and encodings) in its tenant, and its stages
+        clauses.append("(" + " OR ".join(["((tenant = ? AND voice = ?) OR parent = ?)"]
+                                         * len(uploaded)) + ")")
+        for v in uploaded:
+            params += [v.tenant, v.fingerprint[:16], voice_anchor(v.tenant, v.fingerprint)]
+    elif voice is not None:
         clauses.append("voice = ?")
         params.append(voice)
     if args.tenant:
@@ -164,11 +230,17 @@ def _print(report: dict[str, Any], rows: list[IndexRow], shorts: dict[str, str],
         console.print(table)
         if len(rows) > ROWS_SHOWN:
             console.print(f"… and {len(rows) - ROWS_SHOWN} more")
+    if report["by_kind"]:
+        console.print("by kind: " + ", ".join(f"{kind} {n}" for kind, n in
+                                              report["by_kind"].items()))
     if report["dry_run"]:
         console.print(f"dry run: {report['matched']} entries ({report['bytes']:,} bytes) would "
                       "be purged; nothing was deleted")
     else:
         console.print(f"purged {report['deleted']} entries ({report['bytes']:,} bytes)")
+        if voice is not None and "uploaded" in voice:
+            console.print("sessions derived from the clip (memory only) are dropped by every "
+                          "running process sharing this cache folder")
     if voices_stored is not None:
         stored = ", ".join(f"{v or '(none)'} ({n})" for v, n in voices_stored.items())
         console.print(f"no entry has voice {voice['canonical']!r}; voices stored: "
