@@ -20,12 +20,15 @@ the other processes sharing the folder drop their memory copies too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+import numpy as np
 
 from ..cache import Cache
 from ..errors import BadReferenceAudio, CacheDirError, MissingDependency
@@ -52,13 +55,24 @@ _encoder_lock = threading.Lock()
 
 
 def shared_encoder() -> SpeakerEncoder:
-    """This process's one resemblyzer encoder, loaded on first use (every app and worker
-    thread shares it; it serialises its own calls)."""
+    """This process's one resemblyzer encoder, loaded and warmed on first use (every app
+    and worker thread shares it; it serialises its own calls)."""
     global _encoder
     with _encoder_lock:
         if _encoder is None:
-            _encoder = SpeakerEncoder()
+            _encoder = _warmed(SpeakerEncoder())
         return _encoder
+
+
+def _warmed(encoder: SpeakerEncoder) -> SpeakerEncoder:
+    """Run the preprocessing once on a second of tone: librosa compiles its numba kernels on
+    the first call (~3 s here), and that belongs to loading, not to the first voice's
+    extraction time (which every later hit counts as saved)."""
+    rate = 16000
+    tone = 0.1 * np.sin(2 * np.pi * 220 * np.arange(rate) / rate)
+    with contextlib.suppress(BadReferenceAudio):  # a tone holds no speech: that is expected
+        encoder.embed(tone.astype(np.float32), rate)
+    return encoder
 
 
 class AdmittedEmbeddings(SpeakerEmbeddings):

@@ -109,11 +109,11 @@ class VoiceStore:
         if not VOICE_ID.fullmatch(voice_id) or not self.root.is_dir():
             return []
         found = []
-        for folder in sorted(self.root.iterdir()):
+        for folder in self.root.iterdir():
             voice = self._read_file(folder / voice_id / "voice.json")
             if voice is not None and self._tenant_folder(voice.tenant) == folder:
                 found.append(voice)
-        return found
+        return sorted(found, key=lambda v: v.tenant)
 
     def get(self, tenant: str, voice_id: str) -> Voice:
         """Return the tenant's voice or ``NotFound`` (also for another tenant's id)."""
