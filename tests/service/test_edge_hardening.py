@@ -235,3 +235,17 @@ def test_every_worker_of_a_multi_process_server_closes_idle_connections(serve_pr
                 sock.close()
         assert httpx.get(f"{url}/healthz").status_code == 200
     assert all(data == b"" and elapsed < CLOSE_BOUND for data, elapsed in results)
+
+
+def test_a_clip_compared_with_a_voice_has_the_upload_limit(make_app) -> None:
+    """Compare carries a clip: it used to be capped at the JSON body limit (1 MB)."""
+    from fastapi.testclient import TestClient
+
+    client = TestClient(make_app()[0])
+    clip = b"\0" * (2 << 20)
+    voice = "vc_" + "0" * 24
+    compared = client.post(f"/v1/voices/{voice}/compare", files={"file": ("c.wav", clip)})
+    assert compared.status_code == 404  # past the size check: the voice does not exist
+    json_route = client.post("/v1/synthesize", content=clip,
+                             headers={"Content-Type": "application/json"})
+    assert json_route.status_code == 413

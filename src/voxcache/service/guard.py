@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import re
 from collections.abc import Collection, Mapping
 
 from fastapi import Request
@@ -34,6 +35,8 @@ UPLOAD_PATHS = ("/v1/voices", "/inference_zero_shot", "/inference_cross_lingual"
                 "/inference_instruct2")
 """Routes whose body carries a reference clip (CosyVoice's ``prompt_wav`` too): the upload
 limit, not the JSON body limit."""
+UPLOAD_PATTERN = re.compile(r"/v1/voices/vc_[0-9a-f]{24}/compare")
+"""A clip compared with a voice is an upload too."""
 MULTIPART_OVERHEAD = 64 * 1024
 
 
@@ -131,7 +134,9 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.upload_limit if scope["path"] in UPLOAD_PATHS else self.body_limit
+        path = scope["path"]
+        uploads = path in UPLOAD_PATHS or UPLOAD_PATTERN.fullmatch(path) is not None
+        limit = self.upload_limit if uploads else self.body_limit
         too_large = f"request body is over the limit of {limit} bytes"
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
