@@ -133,9 +133,12 @@ def begin(root: Path) -> tuple[Session, StartState]:
 
     The state is read first, so this process's record never counts against it."""
     folder = root / FOLDER
-    private_dirs(folder)
-    state = start_state(root)
     identity = _Identity.of_this_process()
+    try:
+        private_dirs(folder)
+    except OSError:  # not a usable folder: the disk tier says so, naming --cache-dir
+        return Session(root, None, identity), StartState("the folder cannot hold records")
+    state = start_state(root)
     session = Session(root, _write_record(folder, identity), identity)
     if session.path is None:  # cannot vouch for this session: make the next start walk
         with contextlib.suppress(OSError):
@@ -145,8 +148,9 @@ def begin(root: Path) -> tuple[Session, StartState]:
     return session, state
 
 
-def start_state(root: Path) -> StartState:
-    """Whether the folder must be walked, and which records a finished walk clears."""
+def start_state(root: Path, because: str | None = None) -> StartState:
+    """Whether the folder must be walked, and which records a finished walk clears
+    (``because``: a reason to walk the caller already has)."""
     folder = root / FOLDER
     me = _Identity.of_this_process()
     dead: list[Path] = []
@@ -168,8 +172,15 @@ def start_state(root: Path) -> StartState:
     elif not os.path.lexists(folder / WALKED):
         reason = "the folder has not been checked since records were kept"
     else:
-        reason = None
+        reason = because
     return StartState(reason, tuple(dead), rebooted)
+
+
+def mark_unchecked(root: Path) -> None:
+    """The folder is known inconsistent (a walk is due): until a walk finishes, every
+    start walks."""
+    with contextlib.suppress(OSError):
+        os.unlink(root / FOLDER / WALKED)
 
 
 def finish_walk(root: Path, state: StartState) -> None:
