@@ -8,6 +8,13 @@ far over), counters, pins, tenant-checked lookups, and news for the other
 processes sharing the folder — deletes, pin changes and revision switches go out
 through ``tiers.invalidation`` and reach their memory tiers within
 ``POLL_SECONDS``.
+
+Several nodes (``tiers = ["memory", "disk", "redis://…", "s3://…"]``): the shared
+tiers follow memory and disk in the same stack, each behind a write-behind queue, and
+the same news reaches every node's memory *and* disk tiers through the bus in Redis
+(``tiers.nodes``, ``tiers.bus``); ``leases`` is the render lease the orchestrator
+takes after the local lock. A cache folder on a network filesystem is refused
+(``refuse_network_filesystem``): SQLite and ``flock`` are not safe there.
 """
 
 from __future__ import annotations
@@ -22,13 +29,22 @@ from pathlib import Path
 from typing import Any
 
 from .entry import Entry
+from .errors import CacheDirError
 from .tiers.base import TierStack
-from .tiers.disk import DiskTier
+from .tiers.bus import News
+from .tiers.disk import NETWORK_FILESYSTEMS, DiskTier, filesystem_type
 from .tiers.invalidation import InvalidationLog
+from .tiers.leases import Leases
 from .tiers.lifecycle import Limits, enforce
 from .tiers.memory import DEFAULT_KIND_BUDGET, MemoryTier
+from .tiers.nodes import LOCAL_TIERS, Nodes, shared_tiers, tier_list
+from .tiers.remote import redacted
+from .tiers.writebehind import DEFAULT_MAX_BYTES
 
 log = logging.getLogger("voxcache.cache")
+
+MOUNTS = "/proc/mounts"
+"""Where the mount table is read (a test points it at a table of its own)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,10 +56,16 @@ class CacheConfig:
     disk_max_bytes: int | None = None
     disk_max_entries: int | None = None
     default_ttl: float | None = None
+    tiers: tuple[str, ...] = LOCAL_TIERS
+    """Tiers in read order: ``memory``, ``disk``, then shared ones (``redis://…``, ``s3://…``)."""
+    shared_write_queue: int = DEFAULT_MAX_BYTES
+    """Bytes of takes each shared tier's write-behind queue may hold; past it writes are shed."""
 
     def describe(self) -> dict[str, Any]:
         """Effective limits, as printed at start."""
         return {
+            "tiers": [redacted(tier) for tier in self.tiers],
+            "shared_write_queue": self.shared_write_queue,
             "memory_budget_per_kind": self.memory_default_budget,
             "memory_budgets": dict(self.memory_budgets),
             "disk_max_bytes": self.disk_max_bytes,
@@ -63,16 +85,28 @@ class Cache:
                  clock: Callable[[], float] = time.time) -> None:
         self.root = Path(root)
         self.config = config or CacheConfig()
+        refuse_network_filesystem(self.root)
+        tiers = tier_list(self.config.tiers)
         self.disk = DiskTier(self.root, clock=clock)
         self.memory = MemoryTier(self.config.memory_budgets, self.config.memory_default_budget,
                                  clock=clock, pinned=self.disk.is_pinned)
-        self.tiers = TierStack([self.memory, self.disk], self.disk.faults)
-        self.limits = Limits(self.config.disk_max_bytes, self.config.disk_max_entries)
         self._counts: dict[str, int] = {}
         self._count_lock = threading.Lock()
         self._enforce_lock = threading.Lock()
         self._listeners: dict[str, list[Callable[[str], None]]] = {}
+        try:
+            shared = shared_tiers(tiers, write_queue=self.config.shared_write_queue,
+                                  count=self.count)
+        except BaseException:
+            self.disk.close()
+            raise
+        self.tiers = TierStack([self.memory, self.disk, *shared], self.disk.faults)
+        self.limits = Limits(self.config.disk_max_bytes, self.config.disk_max_entries)
         self.invalidations = InvalidationLog(self.root, self._apply_invalidation)
+        self.nodes = Nodes(shared, self.tiers, self.root, apply=self._apply_remote,
+                           count=self.count, faults=self.disk.faults)
+        self.leases: Leases | None = self.nodes.leases
+        """The render leases across nodes (None without a Redis tier)."""
 
     def get(self, key: str, kind: str = "audio") -> tuple[Entry, str] | None:
         """Return (entry, tier name) from the fastest tier holding ``key``."""
@@ -81,8 +115,13 @@ class Cache:
     def read_disk(self, key: str, kind: str = "audio") -> Entry | None:
         """A read below the memory tier, promoted into memory (unless a delete landed
         while it read)."""
-        found = self.tiers.get(key, kind, start=1)
+        found = self.read_below(key, kind)
         return None if found is None else found[0]
+
+    def read_below(self, key: str, kind: str = "audio") -> tuple[Entry, str] | None:
+        """(entry, tier) from the tiers below memory (disk, then the shared ones), promoted
+        upwards: the tier says where it was found (``X-Cache-Tier``)."""
+        return self.tiers.get(key, kind, start=1)
 
     def get_owned(self, key: str, tenant: str, kind: str = "audio", *,
                   check_index: bool = True) -> tuple[Entry, str] | None:
@@ -102,10 +141,10 @@ class Cache:
             return None  # absent and someone else's end here, after the same two steps
         if held is not None:
             return None  # held for another tenant (an index that disagrees changes nothing)
-        entry = self.read_disk(key, kind)
-        if entry is None or _tenant_of(entry) != tenant:
+        found = self.read_below(key, kind)
+        if found is None or _tenant_of(found[0]) != tenant:
             return None
-        return entry, "disk"
+        return found
 
     def put(self, entry: Entry, *, tenant: str = "", pinned: bool = False,
             pin_until: float | None = None) -> bool:
@@ -121,7 +160,7 @@ class Cache:
         found = self.disk.pin(key, pinned, until)
         if found:
             self.memory.set_pinned(key, pinned)
-            self._publish([("pin" if pinned else "unpin", key)])
+            self._publish([News("pin" if pinned else "unpin", key, until=until)])
         return found
 
     def delete(self, key: str, kind: str = "audio") -> bool:
@@ -132,7 +171,8 @@ class Cache:
         for target, target_kind in targets:
             found = self.tiers.delete(target, target_kind) or found
         self.memory.delete(key)  # and the children it holds (any kind)
-        self._publish([("delete", target) for target, _ in targets])
+        self._publish([News("delete", target, kind=target_kind)
+                       for target, target_kind in targets])
         return found
 
     def lock_fault(self, exc: OSError) -> None:
@@ -141,13 +181,15 @@ class Cache:
         self.disk.faults.report("lock", exc, "a per-key lock could not be taken; rendering "
                                 "without it (another process may render the same key)")
 
-    def _publish(self, events: list[tuple[str, str]]) -> None:
+    def _publish(self, news: list[News]) -> None:
+        """To the other processes on this machine (the log) and on other nodes (the bus)."""
         try:
-            self.invalidations.publish(events)
+            self.invalidations.publish([(item.event, item.subject) for item in news])
         except OSError as exc:
             self.disk.faults.report("invalidation", exc, "a delete or pin could not be "
                                     "published; other processes may serve the old state from "
                                     "memory until they restart")
+        self.nodes.publish(news)
 
     def on_event(self, event: str, listener: Callable[[str], None]) -> None:
         """Call ``listener(subject)`` when another process announces ``event`` (e.g.
@@ -155,8 +197,9 @@ class Cache:
         self._listeners.setdefault(event, []).append(listener)
 
     def announce(self, event: str, subject: str) -> None:
-        """Tell the other processes sharing this folder that ``subject`` changed."""
-        self._publish([(event, subject)])
+        """Tell the other processes sharing this folder (and the other nodes) that
+        ``subject`` changed."""
+        self._publish([News(event, subject)])
 
     def _apply_invalidation(self, event: str, key: str) -> None:
         """Another process changed ``key``: bring this process's memory tier in line."""
@@ -168,6 +211,31 @@ class Cache:
             self.memory.clear()
         for listener in self._listeners.get(event, ()):
             listener(key)
+
+    def _apply_remote(self, news: News) -> None:
+        """Another node changed something: bring this process's memory *and* disk tiers in
+        line (never the shared tiers: the other node did that), publishing nothing again."""
+        key = news.subject
+        if news.event == "delete":
+            for target, kind in [(key, news.kind or "audio"), *self.disk.children(key)]:
+                self.nodes.discard(target)  # a queued write here must not bring it back
+                self.tiers.forget(target)
+                self.tiers.call(self.disk, "delete", lambda t=target, k=kind:
+                                self.disk.delete(t, k), False)
+            self.memory.delete(key)
+        elif news.event in ("pin", "unpin"):
+            pinned = news.event == "pin"
+            self.tiers.call(self.disk, "pin", lambda: self.disk.pin(key, pinned, news.until),
+                            False)
+            self.memory.set_pinned(key, pinned)
+        elif news.event == "clear":
+            self.memory.clear()
+        for listener in self._listeners.get(news.event, ()):
+            listener(key)
+
+    def settle(self, key: str, timeout: float) -> bool:
+        """Wait until the shared tiers hold what this process queued for ``key``."""
+        return self.nodes.settle(key, timeout)
 
     def count(self, name: str, delta: int = 1) -> None:
         """Count an event in this process and in the persisted counters."""
@@ -195,7 +263,8 @@ class Cache:
             disk["entries"] = counters.pop("disk_entries", 0)
         return {
             "root": str(self.root),
-            "tiers": {"memory": self.memory.stats(), "disk": disk},
+            "tiers": {"memory": self.memory.stats(), "disk": disk, **self.nodes.stats()},
+            **({"nodes": nodes} if (nodes := self.nodes.health()) else {}),
             "counters": counters,
         }
 
@@ -231,6 +300,22 @@ class Cache:
             self._enforce_lock.release()
 
     def close(self) -> None:
-        """Flush counters and recency, stop background threads."""
+        """Flush counters and recency, stop background threads (the leases and the bus
+        first: a lease's release waits for its take's queued writes)."""
+        self.nodes.close()
+        self.nodes.fold()
         self.invalidations.close()
         self.tiers.close()
+
+
+def refuse_network_filesystem(root: Path) -> None:
+    """Refuse a cache folder on NFS/SMB: SQLite's locking and ``flock`` are not reliable
+    there, so the index could be corrupted and single flight would not hold. The place
+    for what several machines share is a shared tier, with a local folder on each."""
+    fstype = filesystem_type(root, MOUNTS)
+    if fstype in NETWORK_FILESYSTEMS:
+        raise CacheDirError(
+            f"cache folder {root} is on a network filesystem ({fstype}): SQLite and file locks "
+            "are not safe there. Give each node a local cache_dir (--cache-dir, VOXCACHE_DIR) "
+            "and share takes through the shared tiers instead: tiers = [\"memory\", \"disk\", "
+            "\"redis://host:6379/0\", \"s3://bucket/prefix\"] (docs/cluster.md)")

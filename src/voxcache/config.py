@@ -3,6 +3,11 @@
 This is the only module that reads the environment or a config file. Order of
 precedence, lowest first: defaults, the TOML file, environment variables,
 command-line options. Sizes accept units (``512MB``, ``5GiB``).
+
+Several nodes share takes through the tier list: ``tiers = ["memory", "disk",
+"redis://host:6379/0", "s3://bucket/prefix"]`` in the file, or
+``VOXCACHE_TIERS=memory,disk,redis://host:6379/0,s3://bucket/prefix``; the S3 endpoint and
+credentials come from the standard AWS variables, read by boto3 itself.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from typing import Any
 
 from .cache import CacheConfig
 from .errors import InvalidParameter
+from .tiers.nodes import LOCAL_TIERS, tier_list
+from .tiers.writebehind import DEFAULT_MAX_BYTES
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -54,6 +61,12 @@ class Settings:
     disk_max_bytes: int | None = 5 * 2**30
     disk_max_entries: int | None = None
     default_ttl: float | None = None
+    tiers: tuple[str, ...] = LOCAL_TIERS
+    """Tiers in read order: ``memory``, ``disk``, then shared ones (``redis://…``, ``s3://…``;
+    docs/cluster.md). TOML: a list; ``VOXCACHE_TIERS``: spellings separated by commas."""
+    shared_write_queue: int = DEFAULT_MAX_BYTES
+    """Bytes of takes waiting to be written to each shared tier (per process); past it a
+    write is shed (counted): the take is served and stored locally, not shared."""
     lock_wait: float = 120.0
     max_text_chars: int = 5000
     segments: str = "auto"
@@ -83,7 +96,8 @@ class Settings:
         return CacheConfig(memory_default_budget=self.memory_budget,
                            disk_max_bytes=self.disk_max_bytes,
                            disk_max_entries=self.disk_max_entries,
-                           default_ttl=self.default_ttl)
+                           default_ttl=self.default_ttl, tiers=self.tiers,
+                           shared_write_queue=self.shared_write_queue)
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings) if f.name != "extra"}
@@ -95,6 +109,8 @@ def _coerce(name: str, value: Any) -> Any:
         return parse_size(value)
     if name == "reference_roots":
         return _folders(value)
+    if name in _SHARED:
+        return _SHARED[name](value)
     if name == "reference_max_bytes":
         size = parse_size(value)
         if size is None or size < 1:
@@ -110,6 +126,23 @@ def _coerce(name: str, value: Any) -> Any:
     if name in ("default_ttl", "lock_wait", "upstream_timeout"):
         return None if value in (None, "", "none") else _seconds(name, value)
     return value
+
+
+def _tiers(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, str | list | tuple):
+        raise InvalidParameter(f"tiers must be a list such as [\"memory\", \"disk\", "
+                               f"\"redis://host:6379/0\"], got {value!r}")
+    return tier_list(value)
+
+
+def _write_queue(value: Any) -> int:
+    size = parse_size(value)
+    if size is None or size < 1:
+        raise InvalidParameter(f"shared_write_queue must be a size such as 64MB, got {value!r}")
+    return size
+
+
+_SHARED = {"tiers": _tiers, "shared_write_queue": _write_queue}
 
 
 def _seconds(name: str, value: Any) -> float:

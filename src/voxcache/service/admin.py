@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import secrets
@@ -11,6 +12,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 
+from ..cache import Cache
 from ..formats import FORMATS
 from .errors import error_body
 from .guard import admin_only
@@ -37,6 +39,7 @@ async def readyz(request: Request) -> Response:
     server: Server = request.app.state.server
     try:
         reason = await server.admission.read(_storage_fault, server.cache.root)
+        tiers = await _tiers_now(request, server)
     except RuntimeError:  # the pool refuses work once shut down
         return JSONResponse(error_body("shutting down", "server_error"), status_code=503)
     storage: dict[str, Any] = {"writable": reason is None}
@@ -44,7 +47,39 @@ async def readyz(request: Request) -> Response:
         storage["reason"] = f"{reason}: takes are served but not stored"
     return JSONResponse({"status": "ready", "engine": server.cached.engine.id,
                          "model_revision": server.cached.engine.model_revision,
-                         "storage": storage})
+                         "storage": storage, **tiers})
+
+
+HEALTH_WAIT = 1.0
+"""Longest ``/readyz`` waits for the tiers' health (a hung Redis or S3 takes seconds to
+time out; a balancer's probe must not)."""
+
+
+async def _tiers_now(request: Request, server: Server) -> dict[str, Any]:
+    """The tiers' health within ``HEALTH_WAIT``: one check runs at a time (probes that
+    arrive meanwhile wait for it), so a hung shared tier cannot pile checks up in the
+    I/O pool."""
+    state = request.app.state
+    check: asyncio.Future[dict[str, Any]] | None = getattr(state, "tier_check", None)
+    if check is None or check.done():
+        check = asyncio.ensure_future(server.admission.read(_tier_health, server.cache))
+        state.tier_check = check
+    try:
+        return await asyncio.wait_for(asyncio.shield(check), HEALTH_WAIT)
+    except TimeoutError:
+        return {"tiers": f"no answer within {HEALTH_WAIT:g} s: a shared tier is slow "
+                         "(requests are served from the local tiers meanwhile)"}
+
+
+def _tier_health(cache: Cache) -> dict[str, Any]:
+    """Each tier's state (``ok``, ``degraded``, ``down`` with why) and, with Redis, the bus's
+    and the leases'. A shared tier that is down does not make the service unready: requests
+    are answered from the local tiers and the engine (fail open), retried without a restart.
+    The details name no password (the tiers redact their URLs)."""
+    health = {name: {"state": state.state, **({"detail": state.detail} if state.detail else {})}
+              for name, state in cache.tiers.health().items()}
+    nodes = cache.nodes.health()
+    return {"tiers": health, **({"nodes": nodes} if nodes else {})}
 
 
 def _storage_fault(root: os.PathLike[str]) -> str | None:

@@ -337,6 +337,12 @@ class RedisTier:
         return math.ceil((expires - self._clock()) * 1000)
 
     # -- the connection ------------------------------------------------------------
+    def client(self) -> Redis | RedisCluster:
+        """The client, for what shares this Redis with the tier: the render leases and the
+        cross-node bus (``tiers.leases``, ``tiers.bus``). ``TierUnavailable`` if it cannot
+        be made."""
+        return self._connection()
+
     def _connection(self) -> Redis | RedisCluster:
         """The client, made on first use (a cluster client reads the slot map when made,
         so a cluster that is down at start-up is retried on the next call)."""

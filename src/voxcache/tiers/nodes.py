@@ -1,0 +1,159 @@
+"""What several nodes sharing Redis and S3 add to one cache folder.
+
+``Cache`` builds its stack as ``memory, disk`` followed by the configured shared
+tiers (``tiers = ["memory", "disk", "redis://…", "s3://…"]``). This module holds what
+comes with them, so the cache itself stays about one folder:
+
+- the shared tiers, each behind a bounded write-behind queue (``tiers.writebehind``)
+  whose writes run under the stack's breakers;
+- with a Redis tier, the cross-node bus (``tiers.bus``: invalidations everywhere, wake-ups)
+  and the render leases (``tiers.leases``: one render per key across nodes), both on the
+  Redis tier's own client and under its breaker;
+- the shared tiers' own counts (hits, corruptions, errors…), folded every
+  ``FOLD_SECONDS`` into the folder's persisted counters as ``<tier>_<count>``, so
+  ``/metrics`` shows them summed over every process like the disk tier's.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import InvalidParameter
+from .base import TierStack
+from .bus import Bus, News
+from .factory import FORMS, tiers_from_urls
+from .faults import FaultLog
+from .leases import Leases
+from .remote import redacted
+from .writebehind import DEFAULT_MAX_BYTES, WriteBehind
+
+log = logging.getLogger("voxcache.nodes")
+
+LOCAL_TIERS = ("memory", "disk")
+FOLD_SECONDS = 2.0
+FOLDED_TOO = {"corruptions": "corruptions"}
+"""Shared-tier counts that also go into the folder-wide counter of the same meaning (a
+corruption detected in Redis is a corruption: the alert on ``corruptions`` fires)."""
+
+
+def tier_list(value: str | Iterable[str]) -> tuple[str, ...]:
+    """The configured tier list, checked: ``memory`` and ``disk`` first (the tiers of the
+    cache folder), then any shared tiers (``redis://…``, ``s3://…``)."""
+    from .factory import split_tier_list
+
+    names = split_tier_list(value) if isinstance(value, str) else [str(v).strip() for v in value]
+    if tuple(name.lower() for name in names[:2]) != LOCAL_TIERS:
+        raise InvalidParameter(
+            f"tiers must start with \"memory\", \"disk\" (the cache folder's own), then the "
+            f"shared tiers, e.g. [\"memory\", \"disk\", \"redis://host:6379/0\", "
+            f"\"s3://bucket/prefix\"]; got {[redacted(n) for n in names]}")
+    shared = names[2:]
+    local = [name for name in shared if "://" not in name]
+    if local:
+        raise InvalidParameter(f"tier {local[0]!r} may appear only once, first; shared tiers "
+                               f"are written as one of: {', '.join(FORMS[2:])}")
+    return (*LOCAL_TIERS, *shared)
+
+
+def shared_tiers(tiers: Sequence[str], *, write_queue: int = DEFAULT_MAX_BYTES,
+                 count: Callable[[str, int], None]) -> list[WriteBehind]:
+    """The shared tiers a checked tier list names, each behind its write-behind queue."""
+    urls = list(tiers[len(LOCAL_TIERS):])
+    if not urls:
+        return []
+    return [WriteBehind(tier, max_bytes=write_queue, count=count)
+            for tier in tiers_from_urls(urls)]
+
+
+class Nodes:
+    """The shared tiers of one process, and the bus and leases that come with Redis."""
+
+    def __init__(self, shared: list[WriteBehind], stack: TierStack, root: Path, *,
+                 apply: Callable[[News], None], count: Callable[[str, int], None],
+                 faults: FaultLog) -> None:
+        self.shared = shared
+        self._count = count
+        for tier in shared:
+            tier.run_through(stack.call)
+        self.bus: Bus | None = None
+        self.leases: Leases | None = None
+        redis = next((tier for tier in shared if tier.name == "redis"), None)
+        if redis is not None:
+            inner: Any = redis.inner
+            guard = functools.partial(stack.call, redis)
+            self.bus = Bus(inner.client, inner.keys.prefix, root, apply=apply, guard=guard,
+                           faults=faults, count=count)
+            self.leases = Leases(inner.client, inner.keys.lease, guard=guard,
+                                 wakeups=self.bus, settle=self.settle, count=count)
+        elif shared:
+            log.warning("shared tiers without Redis: takes are shared, but one render per key "
+                        "and invalidation stop at this machine (add a redis:// tier)")
+        self._folded: dict[str, dict[str, int]] = {}
+        self._stop = threading.Event()
+        self._folder: threading.Thread | None = None
+        if shared:
+            self._folder = threading.Thread(target=self._fold_loop, name="voxcache-fold",
+                                            daemon=True)
+            self._folder.start()
+
+    def settle(self, key: str, timeout: float) -> bool:
+        """Wait until every shared tier's queued write of ``key`` is done (the render
+        lease's holder calls it before it releases); False if ``timeout`` ran out."""
+        return all(tier.wait_for(key, timeout) for tier in self.shared)
+
+    def discard(self, key: str) -> None:
+        """Drop queued writes of ``key`` (a delete from another node must not be undone)."""
+        for tier in self.shared:
+            tier.discard(key)
+
+    def publish(self, news: list[News]) -> None:
+        """Send news to every node (nothing without Redis)."""
+        if self.bus is not None:
+            self.bus.publish(news)
+
+    def fold(self) -> None:
+        """Add what each shared tier counted since the last fold to the persisted counters."""
+        for tier in self.shared:
+            counts = tier.inner.stats().get("counts", {})
+            seen = self._folded.setdefault(tier.name, {})
+            for name, value in counts.items():
+                delta = int(value) - seen.get(name, 0)
+                if delta > 0:
+                    self._count(f"{tier.name}_{name}", delta)
+                    if name in FOLDED_TOO:
+                        self._count(FOLDED_TOO[name], delta)
+                seen[name] = int(value)
+
+    def _fold_loop(self) -> None:
+        while not self._stop.wait(FOLD_SECONDS):
+            try:
+                self.fold()
+            except Exception as exc:  # figures only: never worth a thread
+                log.warning("shared tiers' counts not folded: %s", exc)
+
+    def health(self) -> dict[str, Any]:
+        """The bus's and the leases' state (the tiers' own health is the stack's)."""
+        if self.bus is None:
+            return {}
+        assert self.leases is not None
+        return {"bus": self.bus.health(), "leases": {"held": self.leases.held()}}
+
+    def stats(self) -> dict[str, Any]:
+        """Each shared tier's figures (its counts and its write queue)."""
+        return {tier.name: tier.stats() for tier in self.shared}
+
+    def close(self) -> None:
+        """Pending lease releases first (they wait for writes and announce on the bus),
+        then the bus, then the last counts; the stack closes the tiers (draining queues)."""
+        if self.leases is not None:
+            self.leases.close()
+        if self.bus is not None:
+            self.bus.close()
+        self._stop.set()
+        if self._folder is not None:
+            self._folder.join(timeout=5)
