@@ -123,7 +123,7 @@ def test_full_disk_renders_without_caching_and_says_so(tiny_disk):
     cache_dir = tiny_disk / "cache"
     voxcache(cache_dir, "stats")  # creates the folder and index while there is room
     filler = tiny_disk / "filler"
-    with open(filler, "wb") as f:
+    with open(filler, "wb", buffering=0) as f:  # unbuffered: nothing left to flush at close
         try:
             while True:
                 f.write(b"\0" * 65536)

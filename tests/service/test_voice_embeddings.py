@@ -312,7 +312,7 @@ def test_compare_tells_the_same_speaker_from_another(make_app, live, clips, tmp_
                 400, "speech")
         refused(compare(server.url, joe_a, voice="vc_" + "1" * 24), 404, "no voice")
         refused(compare(server.url, "alto", voice=joe_a), 404, "built-in")
-        refused(compare(server.url, joe_a, file=b"\0" * (2 << 20)), 413, "limit")
+        refused(compare(server.url, joe_a, file=b"\0" * (11 << 20)), 413, "limit")  # > 10 MB
 
 
 def test_a_private_upload_leaves_no_clip_bytes_in_the_cache_folder(
