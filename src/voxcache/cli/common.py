@@ -30,8 +30,8 @@ EXIT_CODES_HELP = """exit codes (every command):
        prefix, an unreadable file or config, input the engine refuses
   130  interrupted
 
-synth, explain, stats, ls, pin, unpin, purge, gc, warm and rerender print for people by
-default and one JSON document with --json, an error included once the options parse
+synth, explain, stats, ls, pin, unpin, purge, gc, warm, rerender and pack print for
+people by default and one JSON document with --json, an error included once the options parse
 ({"error": {"message": ..., "exit_code": ...}} on stdout, the message on stderr)."""
 
 progress_console = Console(stderr=True)

@@ -35,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="bind a non-loopback address even without API keys")
     p.add_argument("--upstream", metavar="KIND=URL",
                    help="caching gateway: render misses on a running TTS server; KIND is "
-                        "gpt-sovits, cosyvoice, openai or piper-http")
+                        "gpt-sovits, cosyvoice, openai, piper-http, or voxcache (an edge in "
+                        "front of a central voxcache, docs/edge.md)")
     p.add_argument("--upstream-revision", metavar="LABEL",
                    help="label of the model behind --upstream; change it when that model changes")
     p.add_argument("--graceful-timeout", type=float, default=30.0,
