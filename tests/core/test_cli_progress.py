@@ -125,3 +125,20 @@ def test_the_rebuild_reports_each_verified_file(tmp_path: Path, phrases: Path) -
         assert calls == [(0, 0)]
     finally:
         index.close()
+
+
+def test_pack_export_and_import_draw_no_bar_in_a_pipe(tmp_path: Path, phrases: Path) -> None:
+    """Packs use the same bars: in a pipe (cron, CI) not one bar character."""
+    center, edge, key = tmp_path / "center", tmp_path / "edge", tmp_path / "pack.key"
+    pack = tmp_path / "phrases.vxpack"
+    assert in_a_pipe(voxcache(center, "warm", str(phrases))).returncode == 0
+    assert in_a_pipe(voxcache(center, "pack", "keygen", "-o", str(key))).returncode == 0
+    for command in (voxcache(center, "pack", "export", "--sign", str(key), "-o", str(pack)),
+                    voxcache(edge, "pack", "import", str(pack), "--trust", f"{key}.pub")):
+        done = in_a_pipe(command)
+        assert done.returncode == 0, done.stderr
+        assert BAR not in done.stderr and BAR not in done.stdout, done.stderr
+    code, _, stderr = on_a_terminal(
+        voxcache(tmp_path / "edge2", "pack", "import", str(pack), "--trust", f"{key}.pub"))
+    assert code == 0, stderr
+    assert "importing" in stderr and BAR in stderr  # and on a terminal, a bar

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..errors import InvalidParameter, VoxcacheError
-from .common import FAILED, OK, print_json, progress_console, settings_from, warn
+from .common import FAILED, OK, print_json, settings_from, warn
+from .progress import progress
 
 _DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)\s*")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -115,8 +116,6 @@ def keygen(args: argparse.Namespace) -> int:
 
 def export(args: argparse.Namespace) -> int:
     """Select, verify, sign and write; the file appears only once complete."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
-
     from .. import identity
     from ..packs.exporter import export_pack
     from ..packs.manifest import digest, keys_of
@@ -136,15 +135,14 @@ def export(args: argparse.Namespace) -> int:
     temp = target.with_name(f".{target.name}.partial-{os.getpid()}")
     try:
         record = identity.read_record(cache.root)
-        with Progress(TextColumn("exporting"), BarColumn(), DownloadColumn(),
-                      console=progress_console, disable=args.json) as progress:
-            task = progress.add_task("export", total=None)
+        with progress(as_json=args.json, bytes_=True) as bars:
+            written = bars.task("exporting")
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             with os.fdopen(fd, "wb") as out:
                 exported = export_pack(
                     cache, out, _selection(args), key, exclude=exclude, base=base,
                     identity=None if record is None else record["identity"],
-                    progress=lambda _n, size: progress.update(task, completed=size))
+                    progress=lambda _n, size: written.update(completed=size))
         os.replace(temp, target)
     finally:
         temp.unlink(missing_ok=True)
@@ -283,28 +281,15 @@ def _opened(path: str) -> Iterator[BinaryIO]:
 
 @contextlib.contextmanager
 def _entry_progress(quiet: bool) -> Iterator[Callable[[int, int, int, int], None]]:
-    """A progress bar over a pack's entries (stderr; none with --json)."""
-    from rich.progress import Progress
-
-    with Progress(console=progress_console, disable=quiet) as progress:
-        task = progress.add_task("importing", total=None)
-
-        def advance(done: int, total: int, _bytes: int, _total_bytes: int) -> None:
-            progress.update(task, completed=done, total=total)
-
-        yield advance
+    """A bar over a pack's entries (``cli.progress``: on a terminal, never with --json)."""
+    with progress(as_json=quiet) as bars:
+        entries = bars.task("importing")
+        yield lambda done, total, _bytes, _total_bytes: entries.report(done, total)
 
 
 @contextlib.contextmanager
 def _byte_progress(quiet: bool) -> Iterator[Callable[[int, int], None]]:
-    """A download bar in bytes (stderr; none with --json)."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
-
-    with Progress(TextColumn("downloading"), BarColumn(), DownloadColumn(),
-                  console=progress_console, disable=quiet) as progress:
-        task = progress.add_task("download", total=None)
-
-        def advance(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total or None)
-
-        yield advance
+    """A download bar in bytes (``cli.progress``: on a terminal, never with --json)."""
+    with progress(as_json=quiet, bytes_=True) as bars:
+        downloaded = bars.task("downloading")
+        yield lambda done, total: downloaded.report(done, total or None)
