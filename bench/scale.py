@@ -63,12 +63,13 @@ def build(root: Path, n: int, rng: random.Random) -> float:
         os.close(fd)
         last, hits = now - rng.random() * 30 * 86_400, rng.randrange(20)
         rows.append((key, "audio", entry.size, entry.header.created, None, last, hits,
-                     score(last, hits), 0, None, "default", "tone", "", "bench", f"entry {i}",
-                     ""))
+                     score(None, hits, 0.0, entry.size, 0.0), 0, None, "default", "tone", "",
+                     "bench", f"entry {i}", "", 0.0))
     index = Index(root / "index.sqlite3")  # not a Cache: its start-up check would race us
     try:
         with index.transaction() as db:
-            db.executemany("INSERT INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+            db.executemany("INSERT INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                           rows)
     finally:
         index.close()
     return time.perf_counter() - started

@@ -26,7 +26,7 @@ import xxhash
 
 from .audio import SAMPLE_WIDTH, Audio
 from .envelope import CorruptEntry, Entry, EntryHeader
-from .tensors import decode_tensor_entry, looks_like_safetensors
+from .tensors import decode_tensor_entry
 
 __all__ = ["CorruptEntry", "Entry", "EntryHeader", "audio_entry", "blob_entry", "decode"]
 
@@ -41,6 +41,9 @@ _WAV_HEAD = struct.Struct("<4sI4s4sI" "HHIIHH" "4sI" "4sHHI")
 the ``fmt `` chunk, the ``vxch`` chunk's name and size, the envelope prefix."""
 _DATA = struct.Struct("<4sI")  # the ``data`` chunk's name and size
 _HEADER_LEN = struct.Struct("<I")  # the last field of the envelope prefix
+_BLOB_HEAD = _PREFIX.pack(BLOB_MAGIC, FORMAT_VERSION, 0, 0)[: _PREFIX.size - _HEADER_LEN.size]
+"""A blob's first bytes before its header length (magic, version, reserved): a constant."""
+_BLOB_JSON_AT = _PREFIX.size  # where a blob's header JSON starts
 _PAD = (b"", b"\0")
 _HEADER_DECODER = msgspec.json.Decoder(EntryHeader)
 _NEW = object.__new__
@@ -100,7 +103,7 @@ def decode(blob: bytes, expected_key: str) -> Entry:
         return _decode_wav(blob, expected_key)
     if magic == BLOB_MAGIC:
         return _decode_blob(blob, expected_key)
-    if looks_like_safetensors(blob):  # tensor kinds: envelope in __metadata__
+    if blob[8:9] == b"{":  # a safetensors header (a length, then JSON): tensor kinds
         return decode_tensor_entry(blob, expected_key)
     raise CorruptEntry("not a voxcache object (bad magic)")
 
@@ -143,20 +146,22 @@ def _decode_wav(blob: bytes, expected_key: str) -> Entry:
 def _decode_blob(blob: bytes, expected_key: str) -> Entry:
     """Any other kind: ``_PREFIX`` | header JSON | checksum | payload."""
     total = len(blob)
-    if total < _PREFIX.size:
+    if total < _BLOB_JSON_AT:
         raise CorruptEntry("envelope truncated")
-    header_len = _HEADER_LEN.unpack_from(blob, _PREFIX.size - 4)[0]
-    json_end = _PREFIX.size + header_len
+    header_len = _HEADER_LEN.unpack_from(blob, _BLOB_JSON_AT - 4)[0]
+    json_end = _BLOB_JSON_AT + header_len
     prefix_len = json_end + _CHECKSUM_LEN
     if prefix_len > total:
         raise CorruptEntry("envelope truncated")
-    if blob[: _PREFIX.size] != _PREFIX.pack(BLOB_MAGIC, FORMAT_VERSION, 0, header_len):
+    # The header length was read from these very bytes, so the rest of the prefix is
+    # constant: comparing it with one precomputed constant checks every byte (no pack per hit).
+    if not blob.startswith(_BLOB_HEAD):
         raise CorruptEntry("file layout does not match the envelope")
     view = memoryview(blob)
-    header = _header_of(view[_PREFIX.size:json_end])
+    header = _header_of(view[_BLOB_JSON_AT:json_end])
     if total != prefix_len + header.length:
         raise CorruptEntry("file length does not match the envelope (truncated?)")
-    return _verified(blob, view, header, _PREFIX.size, json_end, prefix_len, expected_key)
+    return _verified(blob, view, header, _BLOB_JSON_AT, json_end, prefix_len, expected_key)
 
 
 def _header_of(header_json: memoryview) -> EntryHeader:

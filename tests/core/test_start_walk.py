@@ -126,7 +126,7 @@ def test_a_kill_makes_the_next_start_walk_and_repair(cache_dir, walks):
     assert walks[0] == 1
     assert cache.disk.walk_reason is not None and "did not close" in cache.disk.walk_reason
     assert indexed(cache, key) and indexed(cache, holder.key)
-    assert cache.stats()["counters"].get("startup_walks") == 2  # the new folder's, and this
+    assert cache.stats()["counters"].get("folder_walks") == 2  # the new folder's, and this
     cache.close()
     walks[0] = 0
     start(cache_dir).close()  # the walk cleared the dead record

@@ -1,4 +1,4 @@
-"""Encoded variants: encoded once, cached as `encoded` entries, evicted before their PCM."""
+"""Encoded variants: encoded once, cached as `encoded` entries, evicted by what they are worth."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ import io
 import pytest
 import soundfile
 
+from voxcache.audio import Audio
 from voxcache.cache import Cache, CacheConfig
 from voxcache.cached import CachedEngine
 from voxcache.encoded import encoded, encoded_key
 from voxcache.engines.tone import ToneEngine
+from voxcache.entry import Entry, audio_entry
 from voxcache.formats import FORMATS
 from voxcache.request import SynthesisRequest
 
@@ -42,14 +44,46 @@ def test_wav_and_pcm_are_the_stored_take(cached_tone: CachedEngine) -> None:
     assert encoded(cached_tone, result, "pcm") == result.audio.pcm
 
 
-def test_encodings_are_evicted_before_pcm(tmp_path) -> None:
-    cache = Cache(tmp_path / "c", CacheConfig(disk_max_entries=6))
+SLOW = [SynthesisRequest(f"Phrase {i}.", params={"delay": 0.2}) for i in range(2)]
+"""Two takes that each cost 0.2 s of (simulated) engine time, recorded by the cache."""
+
+
+def _filler(i: int) -> Entry:
+    return audio_entry(f"{i:064x}", Audio(bytes(2000), 16000), now=1.0)
+
+
+def test_an_encoding_cheap_to_derive_again_goes_before_a_take_that_cost_engine_seconds(
+        tmp_path) -> None:
+    """At equal popularity the eviction policy keeps what costs more to make again per
+    byte: a take that cost engine seconds, not its encoding (milliseconds from the PCM)."""
+    cache = Cache(tmp_path / "c", CacheConfig(memory_default_budget=0, disk_max_entries=4))
     cached = CachedEngine(ToneEngine(), cache)
-    results = [cached.synthesize(SynthesisRequest(f"Phrase {i}.")) for i in range(3)]
+    results = [cached.synthesize(request) for request in SLOW]
     for r in results:
-        encoded(cached, r, "flac")  # 6 entries: 3 PCM + 3 encodings
-    cached.synthesize(SynthesisRequest("One more phrase."))  # crosses the cap
-    cache.disk.flush()
-    kinds = [row.kind for row in cache.disk.index.rows()]
-    assert kinds.count("audio") == 4 and kinds.count("encoded") < 3
+        encoded(cached, r, "flac")  # 4 entries: 2 takes + 2 encodings, each asked once
+    for _ in range(2):  # and twice more, every one of them
+        for request, r in zip(SLOW, results, strict=True):
+            assert cached.synthesize(request).tier == "disk"
+            encoded(cached, r, "flac")
+    assert cache.session_counts()["encoded_hits"] == 4
+    cache.put(_filler(1), pinned=True)  # crosses the cap: two entries have to go
+    rows = cache.disk.index.rows()
+    assert sorted(row.kind for row in rows) == ["audio", "audio", "audio"]
+    assert {r.key for r in results} <= {row.key for row in rows}
+    cache.close()
+
+
+def test_an_encoding_asked_all_day_outlives_takes_nobody_asks_for_again(tmp_path) -> None:
+    """Cheap to derive again is a price per byte, not a rank: an encoding that every client
+    asks for is worth keeping over takes asked once (every encoding used to go first)."""
+    cache = Cache(tmp_path / "c", CacheConfig(memory_default_budget=0, disk_max_entries=4))
+    cached = CachedEngine(ToneEngine(), cache)
+    results = [cached.synthesize(request) for request in SLOW]
+    for _ in range(30):
+        encoded(cached, results[0], "flac")
+    cache.put(_filler(1), pinned=True)
+    cache.put(_filler(2), pinned=True)  # crosses the cap: two entries have to go
+    rows = cache.disk.index.rows()
+    assert sorted(row.kind for row in rows) == ["audio", "audio", "encoded"]  # pins, encoding
+    assert not {r.key for r in results} & {row.key for row in rows}
     cache.close()

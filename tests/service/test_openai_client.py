@@ -115,6 +115,9 @@ def test_encoded_delivery_is_stored_once_on_disk_beside_its_pcm(tone_server) -> 
     assert first == second
     counts = cached.cache.session_counts()
     assert counts.get("encoded_misses") == 1 and counts.get("encoded_hits") == 1
-    stored = {p.suffix for p in (cached.cache.root / "objects").rglob("*") if p.is_file()}
-    assert stored == {".wav", ".vxc"}  # the PCM take and its mp3 encoding
+    disk = cached.cache.disk
+    stored = sorted(kind for (kind,) in disk.index.query("SELECT kind FROM entries"))
+    assert stored == ["audio", "encoded"]  # the PCM take and its mp3 encoding, once each
+    key = next(k for (k,) in disk.index.query("SELECT key FROM entries WHERE kind='encoded'"))
+    assert disk.read_stored(key, "encoded") is not None  # a file or, this small, inline
     assert cached.engine.calls == ["Mind the gap."]

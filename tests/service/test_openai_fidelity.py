@@ -24,6 +24,8 @@ import soundfile
 import soxr
 from fastapi.testclient import TestClient
 
+from voxcache.testing.stored import overwrite_stored, stored_bytes
+
 DETERMINISTIC = {"noise_scale": 0.0, "noise_w_scale": 0.0}
 THREE = "First sentence here. Second one follows. And a third."
 
@@ -124,10 +126,9 @@ def test_the_24_khz_delivery_is_cached_on_disk_and_a_corrupt_copy_is_never_sent(
         second = c.post("/v1/audio/speech", json=body)
         assert second.headers["x-cache"] == "HIT" and second.content == first
         assert cached.cache.session_counts().get("encoded_hits") == 1
-        path = next(p for p in (cached.cache.root / "objects").rglob(f"{rows[0].key}*"))
-        blob = bytearray(path.read_bytes())
+        blob = bytearray(stored_bytes(cached.cache, rows[0].key, "encoded") or b"")
         blob[-100] ^= 0xFF  # one flipped bit in the samples
-        path.write_bytes(bytes(blob))
+        overwrite_stored(cached.cache, rows[0].key, "encoded", bytes(blob))
         cached.cache.memory.clear()
         third = c.post("/v1/audio/speech", json=body)
     assert third.status_code == 200 and third.content == first  # re-encoded, not the bad copy

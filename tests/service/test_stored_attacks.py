@@ -14,6 +14,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from voxcache.testing.stored import stored_bytes
 from voxcache.tiers.layout import entry_path
 
 DETERMINISTIC = {"noise_scale": 0.0, "noise_w_scale": 0.0}
@@ -151,11 +152,10 @@ def test_delete_takes_the_encoded_deliveries_with_it(make_app) -> None:
     cached.cache.disk.flush()
     encoded = [r for r in cached.cache.disk.index.rows("kind = 'encoded'")]
     assert len(encoded) == 1
-    encoded_path = entry_path(cached.cache.root, encoded[0].key, "encoded")
-    assert encoded_path.exists()
+    assert stored_bytes(cached.cache, encoded[0].key, "encoded") is not None  # file or inline
 
     assert client.delete(f"/v1/entries/{key}").status_code == 204
-    assert not encoded_path.exists()
+    assert stored_bytes(cached.cache, encoded[0].key, "encoded") is None
     assert cached.cache.memory.get(encoded[0].key, "encoded") is None
     cached.cache.disk.flush()
     assert cached.cache.disk.index.rows() == []

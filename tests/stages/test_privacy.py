@@ -13,6 +13,7 @@ from voxcache.stages import StageCache
 from voxcache.stages.cosyvoice import CosyVoicePrompts
 from voxcache.stages.embeddings import SpeakerEmbeddings
 from voxcache.stages.gpt_sovits import GPTSoVITSPrompts
+from voxcache.tiers.index import Index
 
 torch = pytest.importorskip("torch", reason="needs the [embeddings] extra (torch)")
 from .standins import TTS, CosyVoice2, TTS_Config  # noqa: E402
@@ -59,8 +60,8 @@ def test_privacy_mode_leaves_no_clip_bytes_in_the_cache_folder(
     list(tts.run({"text": "Hello.", "text_lang": "en", "ref_audio_path": str(outside),
                   "prompt_text": "The quick brown fox.", "prompt_lang": "en"}))
     stages.cache.close()
-    stored = [p.name for p in (cache_dir / "objects").rglob("*.safetensors")]
-    assert len(stored) == 3  # embedding, CosyVoice prompt, GPT-SoVITS prompt
+    stored = [row.kind for row in Index(cache_dir / "index.sqlite3").rows()]  # files or inline
+    assert sorted(stored) == ["embedding", "prompt", "prompt"]  # + CosyVoice, GPT-SoVITS
     assert voice.private
     assert folder_holds(cache_dir, clip_slices(clip)) == []
     # the search can fail: the same folder with the clip kept finds it at once

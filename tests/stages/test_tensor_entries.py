@@ -6,12 +6,13 @@ import os
 
 import numpy as np
 import pytest
-from safetensors.numpy import load_file
+from safetensors.numpy import load
 
 from voxcache.cache import Cache
 from voxcache.entry import CorruptEntry, decode
 from voxcache.stages import StageCache, StageInputs
 from voxcache.tensors import tensor_entry
+from voxcache.testing.stored import overwrite_stored, stored_bytes
 
 KEY = "ab" * 32
 
@@ -58,10 +59,11 @@ def test_a_foreign_safetensors_file_is_not_an_entry():
 def test_stored_file_opens_with_the_safetensors_library(cache: Cache, stages: StageCache):
     inputs = StageInputs("embedding", "fixed", "1", "f" * 64, "acme")
     stages.get_or_compute(inputs, lambda: {"embedding": np.ones(256, np.float32)})
-    path = cache.disk.path_of(inputs.key(), "embedding")
-    assert path.suffix == ".safetensors"
-    assert load_file(str(path))["embedding"].shape == (256,)
-    assert b"pickle" not in path.read_bytes() and not path.read_bytes().startswith(b"\x80")
+    stored = stored_bytes(cache, inputs.key(), "embedding")  # inline: small; else a file
+    assert stored is not None and cache.disk.path_of(inputs.key(), "embedding").suffix == (
+        ".safetensors")
+    assert load(stored)["embedding"].shape == (256,)
+    assert b"pickle" not in stored and not stored.startswith(b"\x80")
 
 
 def test_a_flipped_byte_on_disk_is_a_miss_quarantined_and_extracted_again(
@@ -75,9 +77,9 @@ def test_a_flipped_byte_on_disk_is_a_miss_quarantined_and_extracted_again(
 
     first = stages.get_or_compute(inputs, extract)
     path = cache.disk.path_of(first.key, "prompt")
-    data = bytearray(path.read_bytes())
+    data = bytearray(stored_bytes(cache, first.key, "prompt") or b"")
     data[len(data) - 7] ^= 0x10  # a data byte: the tensor itself
-    path.write_bytes(bytes(data))
+    overwrite_stored(cache, first.key, "prompt", bytes(data))
     cache.memory.clear()
     again = stages.get_or_compute(inputs, extract)
     assert (again.cache, len(calls)) == ("miss", 2)

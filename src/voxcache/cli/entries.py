@@ -22,6 +22,7 @@ from ..entry import CorruptEntry, decode
 from ..errors import NotFound
 from ..policies.usage import DB_NAME as USAGE_DB
 from ..runtime import open_cache
+from ..tiers.entry_files import NotAnEntryFile
 from ..tiers.index import IndexRow
 from ..tiers.lifecycle import rebuild_index, reconcile
 from .common import print_json, read_only_db, settings_from
@@ -159,9 +160,13 @@ def explain_entry(args: argparse.Namespace) -> int:
         row = resolve_key(cache.disk.index, args.key)
         shown = short_key(cache.disk.index, row.key)
         path = cache.disk.path_of(row.key, row.kind)
+        try:  # a file, or an inline record for small entries
+            stored: bytes | OSError | None = cache.disk.read_stored(row.key, row.kind)
+        except (OSError, NotAnEntryFile) as exc:
+            stored = OSError(str(exc))
     finally:
         cache.close()
-    envelope, problem = _envelope(path, row.key)
+    envelope, problem = _envelope(stored, row.key)
     info = {"key": row.key, "short": shown, "kind": row.kind, "path": str(path),
             "verified": problem is None, "problem": problem, "envelope": envelope,
             "index": _index_fields(row), "request": _asked(settings.cache_dir, row.key)}
@@ -172,13 +177,14 @@ def explain_entry(args: argparse.Namespace) -> int:
     return 0
 
 
-def _envelope(path: Path, key: str) -> tuple[dict[str, Any] | None, str | None]:
+def _envelope(blob: bytes | OSError | None, key: str
+              ) -> tuple[dict[str, Any] | None, str | None]:
     """The verified envelope header, or (None, why not). Read-only: nothing is quarantined
     here (the next read through the cache does that)."""
-    try:
-        blob = path.read_bytes()
-    except OSError as exc:
-        return None, f"cannot read the file: {exc.strerror or exc}"
+    if blob is None:
+        return None, "cannot read the file: nothing is stored under this key"
+    if isinstance(blob, OSError):
+        return None, f"cannot read the file: {blob.strerror or blob}"
     try:
         return dataclasses.asdict(decode(blob, key).header), None
     except CorruptEntry as exc:

@@ -22,7 +22,7 @@ import blake3
 from ..cache import Cache
 from ..entry import CorruptEntry, EntryHeader, decode
 from ..errors import NotFound, Overloaded
-from ..tiers.entry_files import NotAnEntryFile, read_entry_file
+from ..tiers.entry_files import NotAnEntryFile
 from ..tiers.index import IndexRow
 from .container import MANIFEST, SIGNATURE, PackWriter
 from .manifest import Line, Manifest, digest
@@ -132,7 +132,9 @@ def _read_verified(cache: Cache, key: str, kind: str, now: float | None
     Read directly, not through the tiers: an export must not count hits or move recency,
     and a damaged file is left for the cache's own next read to quarantine."""
     try:
-        blob = read_entry_file(str(cache.disk.path_of(key, kind)))
+        blob = cache.disk.read_stored(key, kind)  # a file, or inline for small entries
+        if blob is None:
+            raise FileNotFoundError(key)
         entry = decode(blob, key)
     except FileNotFoundError:
         return None, None, "gone (evicted or deleted since it was indexed)"

@@ -28,7 +28,7 @@ import blake3
 from .. import identity
 from ..cache import Cache
 from ..entry import CorruptEntry, Entry, decode
-from ..tiers.entry_files import NotAnEntryFile, read_entry_file
+from ..tiers.entry_files import NotAnEntryFile
 from ..tiers.index import REQUEST_WAIT
 from .container import MANIFEST, MAX_SIGNATURE_BYTES, SIGNATURE, BadPack, PackReader
 from .manifest import MAX_MANIFEST_BYTES, Line, Manifest, digest, parse
@@ -165,13 +165,14 @@ def _one(cache: Cache, line: Line, blob: bytes, pin: bool, report: Imported,
 
 
 def _never_asked(cache: Cache, key: str, created: float) -> None:
-    """An imported take has not been asked for on this node: it enters the eviction order
-    at its creation time, not as if just used. On a small device at its caps, a pack then
-    fills what room there is and never pushes out the takes its clients are using (pin
-    what must stay: ``--pin``). Best effort: the index is an accelerator."""
+    """An imported take has not been asked for on this node: it was last used when it was
+    made, and, like any take no one here has asked for, it enters the eviction order on
+    probation (``tiers.eviction``). On a small device at its caps, a pack then fills what
+    room there is and never pushes out the takes its clients are using (pin what must
+    stay: ``--pin``). Best effort: the index is an accelerator."""
     with contextlib.suppress(sqlite3.Error), \
             cache.disk.index.transaction(REQUEST_WAIT) as db:
-        db.execute("UPDATE entries SET last_access = ?1, score = vx_score(?1, hits) "
+        db.execute("UPDATE entries SET last_access = ?1 "
                    "WHERE key = ?2 AND hits = 0 AND last_access > ?1", (created, key))
 
 
@@ -195,7 +196,8 @@ def _stored(cache: Cache, line: Line) -> Entry | None:
     """The verified entry already stored under the line's key here, if any (read directly:
     an import must not count hits)."""
     try:
-        return decode(read_entry_file(str(cache.disk.path_of(line.key, line.kind))), line.key)
+        blob = cache.disk.read_stored(line.key, line.kind)  # a file, or inline when small
+        return None if blob is None else decode(blob, line.key)
     except (OSError, NotAnEntryFile, CorruptEntry):
         return None
 

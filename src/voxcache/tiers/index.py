@@ -1,17 +1,20 @@
-"""SQLite index of the disk tier: sizes, recency, pins, persisted counters.
+"""SQLite index of the disk tier: sizes, eviction scores, pins, persisted counters.
 
 The index is only an accelerator. Reads never consult it (a hit goes straight
 from key to file), so it can lag behind, be deleted, or be rebuilt from the
 files at any time. WAL mode lets one writer and many readers work across
 processes; totals are kept by triggers so every process sees the same figures.
-Recency is written in batches (``record_access``), never on each read.
+Asks are written in batches (``record_access``), never on each read.
+
+The eviction policy (``tiers.eviction``) keeps its state here too, so every process
+sharing the folder applies the same one: each entry's ``score`` and ``cost``, the
+``ghosts`` of recently evicted keys, and the eviction ``clock``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import math
 import os
 import sqlite3
 import threading
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..fsmode import private_dirs, private_sqlite
+from .eviction import GHOSTS_PER_ENTRY, advance, score
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -41,10 +45,10 @@ CREATE TABLE IF NOT EXISTS entries (
     model TEXT NOT NULL DEFAULT '',
     voice TEXT NOT NULL DEFAULT '',
     text TEXT NOT NULL DEFAULT '',
-    parent TEXT NOT NULL DEFAULT ''
+    parent TEXT NOT NULL DEFAULT '',
+    cost REAL NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS entries_by_score ON entries(pinned, score);
-CREATE INDEX IF NOT EXISTS entries_by_kind_score ON entries(pinned, kind, score);
 CREATE INDEX IF NOT EXISTS entries_by_expiry ON entries(expires) WHERE expires IS NOT NULL;
 CREATE INDEX IF NOT EXISTS entries_by_parent ON entries(parent) WHERE parent != '';
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -57,12 +61,25 @@ CREATE TRIGGER IF NOT EXISTS entries_removed AFTER DELETE ON entries BEGIN
     UPDATE counters SET value = value - OLD.size WHERE name = 'disk_bytes';
     UPDATE counters SET value = value - 1 WHERE name = 'disk_entries';
 END;
+CREATE TABLE IF NOT EXISTS ghosts (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT NOT NULL UNIQUE,
+    score REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS policy (name TEXT PRIMARY KEY, value REAL NOT NULL);
+INSERT OR IGNORE INTO policy VALUES ('clock', 0);
 """
 
-MIGRATIONS = (
-    ("parent", "ALTER TABLE entries ADD COLUMN parent TEXT NOT NULL DEFAULT ''"),
+MIGRATIONS: tuple[tuple[str, str], ...] = (
+    ("parent", "ALTER TABLE entries ADD COLUMN parent TEXT NOT NULL DEFAULT '';"),
+    ("cost", "ALTER TABLE entries ADD COLUMN cost REAL NOT NULL DEFAULT 0;"
+             # scores of the old policy were seconds since 1970: rank the old rows by their
+             # hits under the new one (at clock 0: an index without costs has no clock yet),
+             # or they would outlive every new take
+             "UPDATE entries SET score = vx_score(NULL, hits, cost, size, 0, kind);"
+             "DROP INDEX IF EXISTS entries_by_kind_score;"),
 )
-"""Columns added since the first schema, with the statement that adds each to an old index."""
+"""Columns added since the first schema, with the statements that add each to an old index."""
 
 BUSY_WAIT = 5.0
 """Seconds a maintenance statement waits for another process's write lock."""
@@ -70,19 +87,11 @@ REQUEST_WAIT = 0.2
 """Seconds a statement on a request's path waits: a locked index must not stall a request
 (it used to wait 30 s, then fail); what cannot be written in time is deferred."""
 
-FREQUENCY_WEIGHT = 3600.0
-"""Seconds of recency one doubling of the hit count is worth in the eviction score."""
 
-
-def score(last_access: float, hits: int) -> float:
-    """Eviction score: recency boosted by log frequency; lowest goes first.
-
-    Pure LRU lets a one-off scan of new sentences flush the all-day greetings;
-    pure LFU never forgets yesterday's promotion. Adding ``log2(1+hits)`` hours to
-    the last access keeps frequently asked phrases through scans while letting
-    them age out once nobody asks any more.
-    """
-    return last_access + FREQUENCY_WEIGHT * math.log2(1 + hits)
+def _clock(db: sqlite3.Connection) -> float:
+    """The eviction clock (``tiers.eviction``), read inside the caller's transaction."""
+    row = db.execute("SELECT value FROM policy WHERE name = 'clock'").fetchone()
+    return float(row[0]) if row else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +114,8 @@ class IndexRow:
     text: str
     parent: str = ""
     """For a derived entry (an encoded delivery), the key it was derived from."""
+    cost: float = 0.0
+    """Engine seconds the entry cost to make (0.0: not recorded; ``eviction.take_seconds``)."""
 
 
 def is_damaged(exc: BaseException) -> bool:
@@ -142,15 +153,22 @@ class Index:
         process's write transaction.
         """
         for attempt in range(attempts):
+            db = None
             try:
                 if self._schema_current():
                     return
                 db = self._connect()
-                db.executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")
-                self._migrate(db)
+                # One transaction: a process never sees a new column before its data is
+                # migrated, and a migration that fails leaves nothing half done. Columns
+                # before the schema: its indexes may name them.
+                db.executescript(f"BEGIN IMMEDIATE;{self._migrations(db)}{SCHEMA}COMMIT;")
                 return
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or attempt == attempts - 1:
+                if db is not None and db.in_transaction:
+                    db.execute("ROLLBACK")
+                # "duplicate column": another process migrated after we looked; look again
+                if not any(s in str(exc) for s in ("locked", "duplicate column")) or (
+                        attempt == attempts - 1):
                     raise
                 self.close()
                 time.sleep(0.02 + 0.002 * attempt)
@@ -159,13 +177,14 @@ class Index:
         columns = {row[1] for row in self._connect().execute("PRAGMA table_info(entries)")}
         return bool(columns) and all(name in columns for name, _ in MIGRATIONS)
 
-    def _migrate(self, db: sqlite3.Connection) -> None:
+    @staticmethod
+    def _migrations(db: sqlite3.Connection) -> str:
+        """The statements that bring an existing ``entries`` table up to date (none for a
+        new index: the schema creates it whole)."""
         columns = {row[1] for row in db.execute("PRAGMA table_info(entries)")}
-        for name, statement in MIGRATIONS:
-            if name not in columns:
-                with contextlib.suppress(sqlite3.OperationalError):  # another process won
-                    db.execute(statement)
-        db.executescript(SCHEMA)  # indexes on the new columns
+        if not columns:
+            return ""
+        return "".join(script for name, script in MIGRATIONS if name not in columns)
 
     def _connect(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
@@ -180,7 +199,7 @@ class Index:
             db.execute("PRAGMA synchronous=NORMAL")
             if self._inode is None and not self._uri:
                 self._inode = os.stat(self.path).st_ino
-        db.create_function("vx_score", 2, score, deterministic=True)
+        db.create_function("vx_score", 6, score, deterministic=True)
         self._local.db = db
         self._local.generation = self._generation
         self._local.wait = BUSY_WAIT
@@ -257,17 +276,27 @@ class Index:
         A row replaces the key's row only when it describes a newer take (an expired
         entry re-rendered under the same key): delete-then-insert, so the totals'
         triggers see both sides, which an upsert would hide from them.
+
+        A key evicted not long ago comes back with its ghost's score plus this ask; any
+        other enters on probation (``eviction.score``).
         """
         added = 0
         with self.transaction(wait) as db:
+            clock = _clock(db)
             for r in rows:
                 db.execute("DELETE FROM entries WHERE key = ? AND created < ?",
                            (r.key, r.created))
+                ghost = db.execute("SELECT score FROM ghosts WHERE key = ?", (r.key,)).fetchone()
+                if ghost is not None:
+                    db.execute("DELETE FROM ghosts WHERE key = ?", (r.key,))
+                previous = None if ghost is None else float(ghost[0])
+                asks = r.hits + (previous is not None)
                 added += db.execute(
-                    "INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    "INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (r.key, r.kind, r.size, r.created, r.expires, r.last_access, r.hits,
-                     score(r.last_access, r.hits), int(r.pinned), r.pin_until, r.tenant,
-                     r.engine, r.model, r.voice, r.text, r.parent)).rowcount
+                     score(previous, asks, r.cost, r.size, clock, r.kind), int(r.pinned),
+                     r.pin_until, r.tenant, r.engine, r.model, r.voice, r.text, r.parent,
+                     r.cost)).rowcount
         return added
 
     def owner(self, key: str, wait: float | None = None) -> str | None:
@@ -288,13 +317,38 @@ class Index:
                        for k in keys)
 
     def record_access(self, accesses: dict[str, tuple[int, float]]) -> None:
-        """Apply a batch of (hit count, last access) per key in one transaction."""
+        """Apply a batch of (hit count, last access) per key in one transaction: the hits
+        count as asks at the current eviction clock."""
         with self.transaction() as db:
+            clock = _clock(db)
             db.executemany(
                 "UPDATE entries SET hits = hits + ?1, last_access = max(last_access, ?2), "
-                "score = vx_score(max(last_access, ?2), hits + ?1) WHERE key = ?3",
-                [(hits, last, key) for key, (hits, last) in accesses.items()],
+                "score = vx_score(score, ?1, cost, size, ?4, kind) WHERE key = ?3",
+                [(hits, last, key, clock) for key, (hits, last) in accesses.items()],
             )
+
+    def evict(self, rows: list[IndexRow], cap: float, by_size: bool,
+              wait: float | None = None) -> list[IndexRow]:
+        """Delete victims' rows in one transaction; return the rows really deleted.
+
+        Each leaves a ghost (its key and score) and the clock advances by what they freed
+        of ``cap`` (bytes, or entries when ``by_size`` is false); ghosts beyond
+        ``GHOSTS_PER_ENTRY`` per stored entry are forgotten, oldest first.
+        """
+        gone: list[IndexRow] = []
+        with self.transaction(wait) as db:
+            for row in rows:
+                db.execute("INSERT OR REPLACE INTO ghosts (key, score) "
+                           "SELECT key, score FROM entries WHERE key = ?", (row.key,))
+                if db.execute("DELETE FROM entries WHERE key = ?", (row.key,)).rowcount:
+                    gone.append(row)
+            freed = sum(row.size for row in gone) if by_size else len(gone)
+            db.execute("UPDATE policy SET value = ? WHERE name = 'clock'",
+                       (advance(_clock(db), freed, cap),))
+            db.execute("DELETE FROM ghosts WHERE seq <= (SELECT max(seq) FROM ghosts) - ? * "
+                       "(SELECT value FROM counters WHERE name = 'disk_entries')",
+                       (GHOSTS_PER_ENTRY,))
+        return gone
 
     def add_counters(self, deltas: dict[str, int]) -> None:
         """Add to persisted counters (hits, misses, evictions by reason …)."""

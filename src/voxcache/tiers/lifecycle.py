@@ -19,8 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..entry import CorruptEntry, decode
+from ..entry import CorruptEntry, Entry, decode
+from ..fsmode import write_private
+from . import inline
 from .entry_files import NotAnEntryFile, read_entry_file
+from .eviction import LOW_WATERMARK, take_seconds
 from .index import Index, IndexRow
 from .layout import (
     STALE_TEMP_SECONDS,
@@ -36,10 +39,11 @@ log = logging.getLogger("voxcache.lifecycle")
 _TEMP_PID = re.compile(r"\.tmp-(?:[a-z]+-)?(\d+)-")
 """The writer's pid in a temp file name: ``.tmp-<pid>-…`` (``.tmp-ready-<pid>-…`` too)."""
 BATCH = 256
-VICTIMS = ("pinned = 0 AND kind = 'encoded'", "pinned = 0")
-"""Where victims come from, in order: delivery encodings (re-derivable from their PCM)
-before anything else; each by score. Both conditions are served by an index, so a
-batch costs a few index steps, not a sort of the whole table."""
+VICTIMS = "pinned = 0"
+"""Where victims come from, lowest score first (``tiers.eviction``), whatever their kind:
+the score already weighs what an entry cost against the room it takes, so a delivery
+encoding that is cheap to derive again goes early and a small embedding that took a second
+goes late. Served by the ``(pinned, score)`` index: a batch costs a few index steps."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +52,9 @@ class Limits:
 
     max_bytes: int | None = None
     max_entries: int | None = None
-    low_watermark: float = 0.9
-    """After crossing a cap, evict down to this fraction of it (so we do not thrash)."""
+    low_watermark: float = LOW_WATERMARK
+    """After crossing a cap, evict down to this fraction of it (so we do not evict on
+    every write)."""
 
 
 def enforce(root: Path, index: Index, limits: Limits, now: float | None = None) -> dict[str, int]:
@@ -61,26 +66,29 @@ def enforce(root: Path, index: Index, limits: Limits, now: float | None = None) 
     evicted["expired"] = _drop(root, index, expired, still_expired_at=now)
     total_bytes, total_entries = index.totals()
     if limits.max_bytes is not None and total_bytes > limits.max_bytes:
-        evicted["size"] = _evict_down(root, index, now, "size",
+        evicted["size"] = _evict_down(root, index, "size", limits.max_bytes,
                                       int(limits.max_bytes * limits.low_watermark))
     total_bytes, total_entries = index.totals()
     if limits.max_entries is not None and total_entries > limits.max_entries:
-        evicted["count"] = _evict_down(root, index, now, "count",
+        evicted["count"] = _evict_down(root, index, "count", limits.max_entries,
                                        int(limits.max_entries * limits.low_watermark))
     index.add_counters({f"evictions_{k}": v for k, v in evicted.items() if v})
     return evicted
 
 
-def _evict_down(root: Path, index: Index, now: float, reason: str, target: int) -> int:
-    """Evict lowest-score unpinned entries until the measure drops to ``target``."""
+def _evict_down(root: Path, index: Index, reason: str, cap: int, target: int) -> int:
+    """Evict lowest-score unpinned entries until the measure drops to ``target``.
+
+    This is also where admission is decided: it runs in the write that crossed the cap,
+    and a take on probation (``tiers.eviction``) is usually its first victim — written,
+    served and kept in memory, but not kept on disk."""
     dropped = 0
     while True:
         total_bytes, total_entries = index.totals()
         current = total_bytes if reason == "size" else total_entries
         if current <= target:
             return dropped
-        victims = next((rows for rows in (index.rows(where, order="score", limit=BATCH)
-                                          for where in VICTIMS) if rows), [])
+        victims = index.rows(VICTIMS, order="score", limit=BATCH)
         if not victims:
             log.warning("disk tier is over its %s cap but every entry is pinned", reason)
             return dropped
@@ -91,7 +99,7 @@ def _evict_down(root: Path, index: Index, now: float, reason: str, target: int) 
             excess -= row.size if reason == "size" else 1
             if excess <= 0:
                 break
-        dropped += _drop(root, index, chosen)
+        dropped += _drop(root, index, chosen, evicting=(cap, reason == "size"))
 
 
 def _unpin_lapsed(root: Path, index: Index, now: float) -> None:
@@ -103,30 +111,34 @@ def _unpin_lapsed(root: Path, index: Index, now: float) -> None:
 
 
 def _drop(root: Path, index: Index, rows: list[IndexRow],
-          still_expired_at: float | None = None) -> int:
+          still_expired_at: float | None = None,
+          evicting: tuple[int, bool] | None = None) -> int:
     """Delete rows, then the files of the rows that were really deleted.
 
     With ``still_expired_at`` a row goes only if its take is still expired: a writer may
     have re-rendered the key meanwhile (a newer row), and its fresh file must stay.
+    With ``evicting`` (the cap and whether it counts bytes) the rows are victims of the
+    eviction policy: they leave ghosts and advance its clock (``Index.evict``).
     """
     if not rows:
         return 0
-    gone: list[IndexRow] = []
-    with index.transaction() as db:
-        for row in rows:
-            if still_expired_at is None:
-                cur = db.execute("DELETE FROM entries WHERE key = ?", (row.key,))
-            else:
-                cur = db.execute("DELETE FROM entries WHERE key = ? AND expires <= ?",
-                                 (row.key, still_expired_at))
-            if cur.rowcount:
-                gone.append(row)
+    if evicting is not None:
+        gone = index.evict(rows, *evicting)
+    else:
+        gone = []
+        with index.transaction() as db:
+            for row in rows:
+                if db.execute("DELETE FROM entries WHERE key = ? AND expires <= ?",
+                              (row.key, still_expired_at)).rowcount:
+                    gone.append(row)
     for row in gone:
         path = entry_path(root, row.key, row.kind)
         if still_expired_at is not None and not _file_expired(path, row.key, still_expired_at):
             continue
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+        if inline.eligible(row.kind, row.size):  # small entries live in the inline store
+            inline.drop_record(root, row.key, row.kind, still_expired_at)
     return len(gone)
 
 
@@ -214,36 +226,72 @@ def _stored_files(root: Path) -> dict[str, Path]:
 
 def reconcile(root: Path, index: Index,
               progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
-    """Make the index match the files: add missing rows, drop rows without files.
+    """Make the index match what is stored (files and inline records): add missing rows,
+    drop rows without a stored entry.
 
-    ``progress(done, total)`` is told how many of the unindexed files have been verified
-    (a rebuilt index verifies every file: minutes for a large folder)."""
-    # Index first, files second: a writer publishes its file before its row, so a row
-    # that appears between the two reads always has its file in the walk.
+    ``progress(done, total)`` is told how many of the unindexed entries have been verified
+    (a rebuilt index verifies every entry: minutes for a large folder)."""
+    # Index first, storage second: a writer publishes its file (or record) before its row,
+    # so a row that appears between the two reads always has its entry in the walk.
     indexed = {row[0] for row in index.query("SELECT key FROM entries")}
     files = _stored_files(root)
-    stale = indexed - set(files)
-    if stale:
-        index.remove(stale)
-    added = quarantined = 0
-    batch: list[IndexRow] = []
-    unindexed = set(files) - indexed
-    for done, key in enumerate(unindexed):
-        if progress is not None:
-            progress(done, len(unindexed))
-        row = _row_of_file(root, index, key, files[key])
-        if row is None:
-            quarantined += 1
-            continue
-        batch.append(row)
-        if len(batch) >= BATCH:
-            added += index.add_many(batch)
-            batch = []
+    with inline.opened(root) as store:
+        records = _stored_records(store)
+        stale = indexed - set(files) - set(records)
+        if stale:
+            index.remove(stale)
+        added = quarantined = 0
+        batch: list[IndexRow] = []
+        unindexed = (set(files) | set(records)) - indexed
+        for done, key in enumerate(unindexed):
+            if progress is not None:
+                progress(done, len(unindexed))
+            row = (_row_of_file(root, index, key, files[key]) if key in files
+                   else _row_of_record(root, index, store, key, records[key]))
+            if row is None:
+                quarantined += 1
+                continue
+            batch.append(row)
+            if len(batch) >= BATCH:
+                added += index.add_many(batch)
+                batch = []
     added += index.add_many(batch) if batch else 0
     if progress is not None:
         progress(len(unindexed), len(unindexed))
     return {"added": added, "dropped": len(stale), "quarantined": quarantined,
             "temp_removed": sweep_temp_files(root), "locks_removed": sweep_lock_files(root)}
+
+
+def _stored_records(store: inline.InlineStore | None) -> dict[str, bytes]:
+    """Key → record name of every inline entry; none when the store is damaged (it is
+    replaced by an empty one: those entries are gone, so are their rows)."""
+    if store is None:
+        return {}
+    try:
+        return {inline.key_of(name): name for name in store.names()}
+    except inline.InlineDamaged as exc:
+        store.replace_damaged(str(exc))
+        return {}
+
+
+def _row_of_record(root: Path, index: Index, store: inline.InlineStore | None, key: str,
+                   name: bytes) -> IndexRow | None:
+    """Verify one inline record and return its row; quarantine it (None) if it does not
+    verify. Records keep no access time: the row counts from the take's creation."""
+    blob = store.get(name) if store is not None else None
+    if blob is None:
+        return None  # deleted meanwhile
+    try:
+        entry = decode(blob, key)
+    except CorruptEntry as exc:
+        with contextlib.suppress(OSError):
+            write_private(root / "quarantine" / f"{key}{name[32:].decode()}.inline."
+                          f"{int(time.time())}-{secrets.token_hex(3)}", blob)
+        store.delete(name, lambda current: current == blob)  # type: ignore[union-attr]
+        index.add_counters({"corruptions": 1})
+        log.warning("quarantined inline entry %s while rebuilding the index: %s", key, exc)
+        return None
+    return _row_of(root, key, entry, entry.header.created)
 
 
 def rebuild_index(root: Path, index: Index,
@@ -269,12 +317,17 @@ def _row_of_file(root: Path, index: Index, key: str, path: Path) -> IndexRow | N
     except OSError as exc:  # unreadable now (permissions, I/O): leave it for the next check
         log.warning("could not check %s while rebuilding the index: %s", path.name, exc)
         return None
+    return _row_of(root, key, entry, atime)
+
+
+def _row_of(root: Path, key: str, entry: Entry, last_access: float) -> IndexRow:
     h = entry.header
     pinned, pin_until = read_pin(root, key)
     return IndexRow(
         key=key, kind=h.kind, size=entry.size, created=h.created, expires=h.expires,
-        last_access=atime, hits=0, pinned=pinned, pin_until=pin_until,
+        last_access=last_access, hits=0, pinned=pinned, pin_until=pin_until,
         tenant=str(h.meta.get("tenant", "")), engine=str(h.meta.get("engine", "")),
         model=str(h.meta.get("model", "")), voice=str(h.meta.get("voice") or ""),
         text=str(h.meta.get("text", ""))[:200], parent=str(h.meta.get("parent") or ""),
+        cost=take_seconds(h.meta),
     )
