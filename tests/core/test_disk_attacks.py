@@ -10,6 +10,7 @@ stall or an exception out of the request path.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import resource
 import sqlite3
@@ -261,7 +262,7 @@ def test_a_cache_folder_that_turns_read_only_serves_takes_unstored(cache_dir):
     assert json.loads(again.stdout.splitlines()[1])["stored"] is True, again.stderr
 
 
-def test_a_cache_folder_out_of_inodes_serves_takes_unstored(make_tmpfs):
+def test_a_cache_folder_out_of_inodes_serves_takes_unstored(make_tmpfs, caplog):
     mount = make_tmpfs("inodes", size="8m", inodes=64)
     tone = ToneEngine()
     cached = CachedEngine(tone, Cache(mount / "cache"))
@@ -271,8 +272,18 @@ def test_a_cache_folder_out_of_inodes_serves_takes_unstored(make_tmpfs):
             while True:  # use up every inode
                 (mount / f"filler-{filler}").touch()
                 filler += 1
-        result = cached.synthesize(R("No inode left for this take or its lock."))
-        assert (result.cache, result.stored) == ("miss", False)
+        with caplog.at_level(logging.WARNING):
+            for text in ("No inode left for this take or its lock.", "Nor for this one."):
+                result = cached.synthesize(R(text))
+                assert (result.cache, result.stored) == ("miss", False)
         assert not [p for p in (mount / "cache").rglob(".tmp-*")]
+        # every fault counted, each cause logged once
+        cached.cache.disk.flush()
+        counts = cached.cache.stats()["counters"]  # persisted: what `voxcache stats` shows
+        assert counts.get("lock_errors") == 2 and counts.get("write_errors") == 2, counts
+        logged = [r.getMessage() for r in caplog.records if "logged once per cause" in
+                  r.getMessage()]
+        assert len([m for m in logged if "(lock: ENOSPC" in m]) == 1, logged
+        assert len([m for m in logged if "(write: ENOSPC" in m]) == 1, logged
     finally:
         cached.cache.close()
