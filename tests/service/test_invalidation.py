@@ -79,8 +79,9 @@ for line in sys.stdin:
 
 
 def test_pin_changes_and_deletes_reach_another_process_memory(tmp_path) -> None:
-    """A pin made elsewhere keeps the entry through this process's memory pressure; an
-    unpin lets it go again; a delete drops it."""
+    """A pin made elsewhere (another process's Cache, or `voxcache pin` / `unpin` from the
+    CLI) keeps the entry through this process's memory pressure; an unpin lets it go
+    again; a delete drops it."""
     root = tmp_path / "cache"
     follower = subprocess.Popen([sys.executable, "-c", FOLLOWER, str(root)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -99,6 +100,11 @@ def test_pin_changes_and_deletes_reach_another_process_memory(tmp_path) -> None:
             until(lambda: state() == "True True")
             assert cache.pin("ab" * 32, False)
             until(lambda: state() == "False True")
+            for command, seen in (("pin", "True True"), ("unpin", "False True")):
+                subprocess.run([sys.executable, "-m", "voxcache", "--cache-dir", str(root),
+                                "--engine", "tone", command, "abab" * 4], check=True,
+                               capture_output=True)  # the CLI, by a unique key prefix
+                until(lambda seen=seen: state() == seen)
             assert cache.delete("ab" * 32)
             until(lambda: state() == "False False")
         finally:
