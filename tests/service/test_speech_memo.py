@@ -126,3 +126,23 @@ def test_an_uploaded_voice_is_never_remembered(app_and_cached) -> None:
     assert len(app.state.speech_memo) == 0
     assert client.delete(f"/v1/voices/{voice}").status_code == 204
     assert post(client, body).status_code == 400  # the route: the voice is gone
+
+
+def test_a_wav_hit_reuses_its_header_part(app_and_cached, monkeypatch) -> None:
+    """A WAV hit sends the stored samples after the 44-byte header prepared on its first
+    fast answer: neither ``held_parts`` nor the WAV header is rebuilt per request."""
+    from voxcache.service import speech_memo
+
+    app, cached = app_and_cached
+    client = TestClient(app)
+    post(client)
+    by_route = post(client)
+    sabotage(cached)
+    first = post(client)
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("held_parts called again for a take whose parts are known")
+    monkeypatch.setattr(speech_memo, "held_parts", refuse)
+    again = post(client)
+    assert again.status_code == 200 and again.content == first.content == by_route.content
+    assert again.headers["x-cache"] == "HIT"

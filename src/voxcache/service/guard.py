@@ -135,12 +135,12 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         path = scope["path"]
-        uploads = path in UPLOAD_PATHS or UPLOAD_PATTERN.fullmatch(path) is not None
+        uploads = path in UPLOAD_PATHS or (path.startswith("/v1/voices/")
+                                           and UPLOAD_PATTERN.fullmatch(path) is not None)
         limit = self.upload_limit if uploads else self.body_limit
-        too_large = f"request body is over the limit of {limit} bytes"
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
-            await _refuse(send, 413, too_large, "PayloadTooLarge")
+            await _too_large(send, limit)
             return
         task = self.deadlines.start(self.body_timeout)
         try:
@@ -153,7 +153,7 @@ class BodyLimit:
                           close=True)
             return
         except _OverLimit:
-            await _refuse(send, 413, too_large, "PayloadTooLarge")
+            await _too_large(send, limit)
             return
         finally:
             self.deadlines.stop(task)
@@ -191,6 +191,10 @@ def replay_body(chunks: list[bytes], receive: Receive) -> Receive:
         return await receive()
 
     return replay
+
+
+async def _too_large(send: Send, limit: int) -> None:
+    await _refuse(send, 413, f"request body is over the limit of {limit} bytes", "PayloadTooLarge")
 
 
 async def _refuse(send: Send, status: int, message: str, code: str, close: bool = False) -> None:
