@@ -111,6 +111,9 @@ def run(ctx: Context) -> None:
         stored = next((root / "objects").rglob(f"{KEY}.wav"))
         with servers.bare_asgi(stored, 2, ctx.scratch("bare") / "bare.log") as base:
             rows += measure(ctx, "bare ASGI app (uvicorn, bytes from memory)", f"{base}/")
+            # the same wrk POST (request line, headers, a body to read) the speech route gets
+            rows += measure(ctx, "bare ASGI app, POST (reads the body, same bytes back)",
+                            f"{base}/", post_script(ctx.scratch("wrk-bare")))
     if not servers.serve_available():
         ctx.note("`voxcache serve` is not available in this checkout (service not built, or "
                  "the [service] extra is missing); only nginx was measured")
@@ -153,16 +156,29 @@ def measure_voxcache(ctx: Context, root: Path, blob: bytes) -> list[dict[str, An
 
 
 def headline(ctx: Context, rows: list[dict[str, Any]]) -> None:
-    """HTTP hit throughput ÷ nginx at 64 connections."""
+    """HTTP hit throughput ÷ nginx and ÷ the bare ASGI app at 64 connections, and the
+    POST hit ÷ the bare app answering the same POST at 8 and 64 (issue 15's measure)."""
     at = {r["server"]: r for r in rows if r["connections"] == CONNECTIONS[-1]}
-    for prefix, limit in (("nginx", "nginx"), ("bare ASGI", "bare ASGI")):
+    for prefix, limit in (("nginx", "nginx"), ("bare ASGI app (", "bare ASGI")):
         base = next((r for s, r in at.items() if s.startswith(prefix)), None)
         if base is None:
             continue
         for server, r in at.items():
             if server.startswith("voxcache"):
                 label = "GET" if "GET" in server else "POST"
-                ctx.headline[f"HTTP hit throughput ÷ {limit} ({label}, 64 conn)"] = {
-                    "value": ratio(r["requests/s"], base["requests/s"]),
-                    "detail": f"{r['requests/s']:,.0f} vs {base['requests/s']:,.0f} requests/s; "
-                              f"p99 {r['p99_ms']:.1f} vs {base['p99_ms']:.1f} ms"}
+                _ratio_line(ctx, f"HTTP hit throughput ÷ {limit} ({label}, 64 conn)", r, base)
+    for connections in (8, CONNECTIONS[-1]):
+        by = {r["server"]: r for r in rows if r["connections"] == connections}
+        bare = next((r for s, r in by.items() if s.startswith("bare ASGI app, POST")), None)
+        post = next((r for s, r in by.items() if s.startswith("voxcache serve: POST")), None)
+        if bare is not None and post is not None:
+            _ratio_line(ctx, f"POST hit ÷ bare ASGI app answering the same POST "
+                             f"({connections} conn)", post, bare)
+
+
+def _ratio_line(ctx: Context, name: str, subject: dict[str, Any],
+                base: dict[str, Any]) -> None:
+    ctx.headline[name] = {
+        "value": ratio(subject["requests/s"], base["requests/s"]),
+        "detail": f"{subject['requests/s']:,.0f} vs {base['requests/s']:,.0f} requests/s; "
+                  f"p99 {subject['p99_ms']:.1f} vs {base['p99_ms']:.1f} ms"}
