@@ -146,3 +146,29 @@ def test_a_wav_hit_reuses_its_header_part(app_and_cached, monkeypatch) -> None:
     again = post(client)
     assert again.status_code == 200 and again.content == first.content == by_route.content
     assert again.headers["x-cache"] == "HIT"
+
+
+def test_another_take_under_the_same_key_is_never_answered_with_the_old_ones_headers(
+        app_and_cached) -> None:
+    """A key can hold another take later (deleted, or its TTL ran out, and an unseeded
+    engine rendered it again): the remembered answer's length and WAV header must follow
+    the take in memory, never the one the memo first saw."""
+    from voxcache.audio import Audio
+    from voxcache.entry import audio_entry
+
+    app, cached = app_and_cached
+    client = TestClient(app)
+    post(client)
+    first = post(client)
+    assert post(client).content == first.content  # remembered, answered fast
+    key = first.headers["x-cache-key"]
+    old = cached.cache.memory.get(key)
+    assert cached.cache.delete(key)
+    longer = Audio(b"\x01\x00" * (old.header.length // 2 + 4410), old.header.sample_rate)
+    assert cached.cache.put(audio_entry(key, longer, meta=dict(old.header.meta)))
+    sabotage(cached)
+    fresh = post(client)
+    assert fresh.status_code == 200
+    assert int(fresh.headers["content-length"]) == len(fresh.content)
+    samples, _ = soundfile.read(io.BytesIO(fresh.content), dtype="int16")
+    assert np.asarray(samples).tobytes() == longer.pcm

@@ -44,6 +44,9 @@ Identity = tuple[str, bytes, bytes | None, bytes | None, bytes | None]
 class Answer:
     """What a memory hit of one take in one format sends besides the stored samples."""
 
+    take: tuple[float, int]
+    """The take it was built for (created, length): a key can hold another take later (it
+    was deleted, or its TTL ran out, and an unseeded engine rendered it again)."""
     headers: list[tuple[bytes, bytes]]
     prefix: tuple[bytes, ...] | None
     """The parts before the entry's payload (the WAV header, or none for pcm); None when the
@@ -144,7 +147,10 @@ class SpeechHitFastPath:
         if entry is None:
             return False
         cache_key = (decision.key, decision.fmt)
+        take = (entry.header.created, entry.header.length)
         answer = memo.answers.get(cache_key)
+        if answer is not None and answer.take != take:
+            answer = None  # built for an earlier take of this key: build it again
         if answer is not None and answer.prefix is not None:
             parts: tuple[Any, ...] | None = (*answer.prefix, entry.payload)
         else:
@@ -156,7 +162,7 @@ class SpeechHitFastPath:
             # The stored samples (a view of this entry's blob), not an encoding held apart:
             own = getattr(parts[-1], "obj", None) is entry.blob
             prefix = parts[:-1] if own else None
-            answer = memo.answers[cache_key] = Answer(hit_headers(
+            answer = memo.answers[cache_key] = Answer(take, hit_headers(
                 Take.whole(result), decision.fmt, sum(len(part) for part in parts)), prefix)
         server.metrics.first_audio("HIT", time.perf_counter() - started)
         await send({"type": "http.response.start", "status": 200, "headers": answer.headers})
