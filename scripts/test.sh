@@ -2,7 +2,7 @@
 # Install everything (system packages, venv, extras) and run the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VOXCACHE_EXTRAS=all,test bash scripts/setup.sh sox:sox chromium:chromium nginx:nginx wrk:wrk prometheus:prometheus promtool:prometheus redis-server:redis-server redis-cli:redis-tools
+VOXCACHE_EXTRAS=all,test bash scripts/setup.sh sox:sox chromium:chromium nginx:nginx wrk:wrk prometheus:prometheus promtool:prometheus redis-server:redis-server redis-cli:redis-tools espeak-ng:espeak-ng
 .venv/bin/ruff check src tests bench
 .venv/bin/lint-imports  # the layers and no import circles ([tool.importlinter] in pyproject.toml)
 exec .venv/bin/python -m pytest -q "$@"
