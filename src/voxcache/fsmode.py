@@ -12,8 +12,11 @@ under umask 022 and finds nothing wider.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 DIR_MODE = 0o700
@@ -66,3 +69,31 @@ def private_sqlite(path: Path | str) -> None:
         with contextlib.suppress(FileNotFoundError, PermissionError):
             if os.stat(base + suffix).st_mode & 0o077:
                 os.chmod(base + suffix, FILE_MODE)
+
+
+@contextlib.contextmanager
+def locked(path: Path | str, operation: int = fcntl.LOCK_EX, wait: float | None = None,
+           poll: float = 0.05) -> Iterator[None]:
+    """Hold ``flock(operation)`` on a lock file for the duration (the kernel drops it if the
+    process dies). The file is made 0600 in 0700 folders; a symlink planted at its path is
+    refused (``ELOOP``), never followed. With ``wait``, give up after that many seconds
+    with ``TimeoutError``."""
+    target = os.fspath(path)
+    private_dirs(os.path.dirname(target))
+    fd = os.open(target, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
+    try:
+        if wait is None:
+            fcntl.flock(fd, operation)
+        else:
+            deadline = time.monotonic() + wait
+            while True:
+                try:
+                    fcntl.flock(fd, operation | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{target} stayed locked for {wait:g} s") from None
+                    time.sleep(poll)
+        yield
+    finally:
+        os.close(fd)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..fsmode import private_dirs, private_sqlite
+from ..fsmode import locked, private_sqlite
 from .eviction import GHOSTS_PER_ENTRY, advance, score
 
 SCHEMA = """
@@ -216,13 +216,8 @@ class Index:
         if self._open_lock is None:
             yield
             return
-        private_dirs(self._open_lock.parent)
-        fd = os.open(self._open_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
+        with locked(self._open_lock, fcntl.LOCK_SH):
             yield
-        finally:
-            os.close(fd)
 
     def reopen(self) -> None:
         """Make every thread open a fresh connection at its next statement."""

@@ -53,7 +53,6 @@ process: closing one handle would drop the other's locks), so handles are shared
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import secrets
@@ -66,7 +65,7 @@ from pathlib import Path
 import lmdb
 
 from ..entry import CorruptEntry, decode
-from ..fsmode import FILE_MODE, private_dirs, write_private
+from ..fsmode import FILE_MODE, locked, private_dirs, write_private
 from .layout import suffix_of
 from .sessions import boot_id
 
@@ -404,14 +403,8 @@ def _set_aside(root: Path, reason: str) -> None:
 @contextlib.contextmanager
 def _folder_lock(root: Path) -> Iterator[None]:
     """Opening and setting aside the store, one process at a time."""
-    path = root / "locks" / LOCK
-    private_dirs(path.parent)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with locked(root / "locks" / LOCK):
         yield
-    finally:
-        os.close(fd)
 
 
 def _inode_of(folder: Path) -> int:

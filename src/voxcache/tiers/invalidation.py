@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from ..fsmode import private_dirs
+from ..fsmode import locked, private_dirs
 
 log = logging.getLogger("voxcache.invalidation")
 
@@ -66,7 +66,7 @@ class InvalidationLog:
         data = "".join(f"{event} {key} {self._me}\n" for event, key in events).encode()
         if not data:
             return
-        with self._locked(fcntl.LOCK_SH):
+        with locked(self._lock_path, fcntl.LOCK_SH):
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 view = memoryview(data)
@@ -77,7 +77,7 @@ class InvalidationLog:
 
     def rotate(self, threshold: int = ROTATE_BYTES) -> bool:
         """Start a new log once the current one passes ``threshold`` bytes (gc calls it)."""
-        with self._locked(fcntl.LOCK_EX):
+        with locked(self._lock_path):
             try:
                 if os.stat(self.path).st_size < threshold:
                     return False
@@ -172,16 +172,6 @@ class InvalidationLog:
                 log.exception("invalidation follower failed; dropping the memory tier")
                 self._apply("clear", "")
                 self._reset()
-
-    @contextlib.contextmanager
-    def _locked(self, mode: int) -> Iterator[None]:
-        private_dirs(self._lock_path.parent)
-        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, mode)
-            yield
-        finally:
-            os.close(fd)
 
     def close(self) -> None:
         """Stop following (pending lines are applied by one last poll)."""

@@ -19,15 +19,13 @@ index, so the swap is careful:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-from ..fsmode import private_dirs
+from ..fsmode import locked
 from .index import Index
 from .lifecycle import rebuild_index
 
@@ -43,7 +41,7 @@ def rebuild_damaged(root: Path, index: Index) -> dict[str, int] | None:
     Safe to call from several processes at once: the first rebuilds, the others find
     a healthy index when their turn comes and only reopen.
     """
-    with _flock(root / "locks" / REBUILD_LOCK, fcntl.LOCK_EX):
+    with locked(root / "locks" / REBUILD_LOCK):
         if index.healthy():
             index.reopen()
             return None
@@ -64,7 +62,7 @@ def rebuild_damaged(root: Path, index: Index) -> dict[str, int] | None:
 def _swap(root: Path, path: Path, rebuilt: Path) -> None:
     """Move the damaged database and its WAL files aside and put ``rebuilt`` in place."""
     stamp = f"{int(time.time())}-{os.getpid()}"
-    with _flock(root / "locks" / OPEN_LOCK, fcntl.LOCK_EX):
+    with locked(root / "locks" / OPEN_LOCK):
         for suffix in ("", "-wal", "-shm"):
             with contextlib.suppress(FileNotFoundError):
                 os.replace(f"{path}{suffix}",
@@ -89,14 +87,3 @@ def _unlink_database(path: Path) -> None:
     for suffix in ("", "-wal", "-shm"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(f"{path}{suffix}")
-
-
-@contextlib.contextmanager
-def _flock(path: Path, mode: int) -> Iterator[None]:
-    private_dirs(path.parent)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, mode)
-        yield
-    finally:
-        os.close(fd)

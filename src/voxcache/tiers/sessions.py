@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import logging
 import os
@@ -42,7 +41,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..fsmode import FILE_MODE, private_dirs
+from ..fsmode import FILE_MODE, locked, private_dirs
 
 log = logging.getLogger("voxcache.disk")
 
@@ -197,14 +196,8 @@ def finish_walk(root: Path, state: StartState) -> None:
 def walk_lock(root: Path) -> Iterator[None]:
     """Hold ``locks/walk.lock``: one walk at a time per folder (the kernel drops it if the
     walker dies)."""
-    path = root / "locks" / WALK_LOCK
-    private_dirs(path.parent)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with locked(root / "locks" / WALK_LOCK):
         yield
-    finally:
-        os.close(fd)
 
 
 def _records(folder: Path) -> list[Path]:
@@ -291,13 +284,19 @@ def start_time(pid: int) -> str:
         return ""
     except (OSError, IndexError):
         pass
+    return "?" if alive(pid) else ""
+
+
+def alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this machine (signal 0: one that exists
+    but belongs to another user counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return ""
+        return False
     except PermissionError:
-        pass
-    return "?"
+        return True
+    return True
 
 
 def _after_fork_in_child() -> None:

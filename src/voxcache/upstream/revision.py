@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import blake3
 
 from ..errors import CacheDirError, Overloaded
-from ..fsmode import FILE_MODE, private_dirs, write_private
+from ..fsmode import locked, private_dirs, write_private
 
 if TYPE_CHECKING:
     from ..cache import Cache
@@ -229,23 +229,11 @@ class Switchboard:
 @contextlib.contextmanager
 def _flock(path: Path, operation: int, wait: float | None = None) -> Iterator[None]:
     """``flock`` a lock file; with ``wait`` give up after that many seconds (503)."""
-    private_dirs(path.parent)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
+    held = contextlib.ExitStack()
     try:
-        if wait is None:
-            fcntl.flock(fd, operation)
-        else:
-            deadline = time.monotonic() + wait
-            while True:
-                try:
-                    fcntl.flock(fd, operation | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise Overloaded("renders in flight on the upstream did not finish "
-                                         f"within {wait:g} s; try the switch again",
-                                         retry_after=5) from None
-                    time.sleep(POLL)
+        held.enter_context(locked(path, operation, wait, POLL))
+    except TimeoutError:
+        raise Overloaded("renders in flight on the upstream did not finish within "
+                         f"{wait:g} s; try the switch again", retry_after=5) from None
+    with held:
         yield
-    finally:
-        os.close(fd)
