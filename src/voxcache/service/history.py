@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ..fsmode import private_dirs, private_sqlite
+from ..tiers.sessions import alive
 
 DB_NAME = "history.sqlite3"
 RETIRED = "retired"
@@ -169,7 +170,7 @@ class History:
             for worker, pid in db.execute(
                     "SELECT worker, pid FROM workers WHERE seen < ? AND worker != ?",
                     (quiet_since, self.worker)).fetchall():
-                if _alive(pid):
+                if alive(pid):
                     continue  # stalled, not gone: a worker's row is folded only once it exits
                 db.execute("INSERT INTO totals SELECT ?, sample, value FROM totals WHERE "
                            "worker = ? ON CONFLICT(worker, sample) DO UPDATE SET "
@@ -341,17 +342,6 @@ def _damaged(exc: BaseException) -> bool:
     text = str(exc).lower()
     return isinstance(exc, sqlite3.DatabaseError) and (
         "malformed" in text or "not a database" in text)
-
-
-def _alive(pid: int) -> bool:
-    """Whether a process with this pid exists (the cache folder is local: one machine)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def quantile(q: float, buckets: Mapping[float, float]) -> float | None:

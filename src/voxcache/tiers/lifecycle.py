@@ -33,6 +33,7 @@ from .layout import (
     read_pin,
     write_pin,
 )
+from .sessions import alive
 
 log = logging.getLogger("voxcache.lifecycle")
 
@@ -204,13 +205,7 @@ def _writer_alive(temp_name: str) -> bool:
     pid = int(match.group(1))
     if pid == os.getpid():
         return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return alive(pid)
 
 
 def _stored_files(root: Path) -> dict[str, Path]:
