@@ -15,18 +15,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import socket
 import tempfile
-import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated
 
 import httpx
 import numpy as np
-import uvicorn
 from fastapi import FastAPI, Form
 from fastapi.responses import StreamingResponse
 
@@ -37,6 +33,7 @@ from voxcache.service.options import ServiceOptions
 from voxcache.upstream import load_upstream
 
 from .core import Stats
+from .servers import in_thread
 
 RATE = 24000
 CHUNK_SECONDS = 0.25
@@ -59,24 +56,6 @@ def standin(first: float, gap: float, chunks: int) -> FastAPI:
         return StreamingResponse(speak())
 
     return app
-
-
-@contextlib.contextmanager
-def served(app: FastAPI) -> Iterator[str]:
-    """Run ``app`` on uvicorn in a thread on a free loopback port."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
 
 
 def first_byte(client: httpx.Client, url: str, text: str) -> tuple[float, float, str]:
@@ -103,13 +82,13 @@ def main() -> None:
     rows: dict[str, list[tuple[float, float]]] = {"direct": [], "gateway miss": [],
                                                    "gateway hit": []}
     with tempfile.TemporaryDirectory() as folder, \
-            served(standin(args.first, args.gap, args.chunks)) as upstream:
+            in_thread(standin(args.first, args.gap, args.chunks)) as upstream:
         settings = Settings(cache_dir=Path(folder) / "cache")
         cache = Cache(settings.cache_dir, settings.cache_config())
         engine = load_upstream(f"cosyvoice={upstream}", revision="bench")
         app = create_app(settings, options=ServiceOptions(access_log=False),
                          cached=CachedEngine(engine, cache))
-        with served(app) as gateway, httpx.Client(timeout=60) as client:
+        with in_thread(app) as gateway, httpx.Client(timeout=60) as client:
             for number in range(args.requests + 2):  # the first two warm the connections up
                 text = f"Announcement number {number}."
                 direct = first_byte(client, upstream, text)

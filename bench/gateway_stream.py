@@ -22,18 +22,15 @@ import argparse
 import asyncio
 import contextlib
 import io
-import socket
 import tempfile
-import threading
 import time
 import wave
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import httpx
 import numpy as np
-import uvicorn
 from fastapi import FastAPI, Form, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
@@ -42,6 +39,7 @@ from voxcache.service import create_app
 from voxcache.service.options import ServiceOptions
 
 from .core import Stats
+from .servers import in_thread
 
 WARMUP = 2
 CHUNK_SECONDS = 0.5
@@ -83,31 +81,13 @@ def upstream_app(interval: float, chunks: int) -> FastAPI:
 
 
 @contextlib.contextmanager
-def served(app: Any) -> Iterator[str]:
-    """Run ``app`` on uvicorn in a thread on a free loopback port."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
-
-
-@contextlib.contextmanager
 def gateway(upstream: str, kind: str, folder: Path) -> Iterator[str]:
     """``voxcache serve --upstream KIND=URL`` as an app on a live server."""
     settings = Settings(cache_dir=folder / f"cache-{kind}", upstream=f"{kind}={upstream}",
                         upstream_revision="bench", reference_roots=[folder / "refs"])
     app = create_app(settings, options=ServiceOptions(access_log=False))
     try:
-        with served(app) as address:
+        with in_thread(app) as address:
             yield address
     finally:
         app.state.server.cache.close()
@@ -162,7 +142,7 @@ def main() -> None:
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory() as name, \
-            served(upstream_app(args.interval, args.chunks)) as upstream:
+            in_thread(upstream_app(args.interval, args.chunks)) as upstream:
         folder = Path(name)
         (folder / "refs").mkdir()
         clip = folder / "refs" / "ref.wav"

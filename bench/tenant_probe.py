@@ -13,41 +13,19 @@ which keys A had.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import secrets
 import statistics
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 
-from .servers import free_port
+from .servers import in_thread
 
 KEYS = {"key-of-tenant-a": "acme", "key-of-tenant-b": "globex"}
-
-
-@contextlib.contextmanager
-def _served(app: object) -> Iterator[str]:
-    """uvicorn on a free loopback port, in a thread of this process."""
-    import uvicorn
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -68,7 +46,7 @@ def run(probes: int = 2000) -> dict[str, object]:
         settings = Settings(cache_dir=Path(folder) / "cache", engine="tone")
         cached = CachedEngine(ToneEngine(), Cache(settings.cache_dir))
         app = create_app(settings, options=ServiceOptions(api_keys=KEYS), cached=cached)
-        with _served(app) as url, httpx.Client(base_url=url) as client:
+        with in_thread(app) as url, httpx.Client(base_url=url) as client:
             a = {"Authorization": "Bearer key-of-tenant-a"}
             b = {"Authorization": "Bearer key-of-tenant-b"}
             keys = [client.post("/v1/audio/speech", headers=a, json={
