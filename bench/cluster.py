@@ -37,9 +37,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from voxcache.testing.servers import MotoS3Server, RedisServer, free_port, redis_available
+from voxcache.testing.servers import MotoS3Server, RedisServer, free_port
 
 from .core import Context, ratio
+from .remote_tiers import missing_parts
 
 NAME = "cluster"
 TITLE = "Several nodes: cross-node stampede, wake delay, hits/s of three nodes against one"
@@ -242,16 +243,12 @@ def hits_per_second(ctx: Context, urls: list[str], work: Path) -> list[dict[str,
 
 def run(ctx: Context) -> None:
     """Start the servers and the nodes; measure; record the tables."""
-    if not redis_available():
-        ctx.note("redis-server is not installed (Debian package redis-server); skipped")
+    missing = missing_parts()
+    if missing is not None:
+        ctx.note(missing)
         return
-    try:
-        import httpx  # noqa: F401
-        import moto  # noqa: F401
-        import redis
-    except ImportError:
-        ctx.note("needs the [shared] extra and moto[server] ([test] extra); skipped")
-        return
+    import redis
+
     work = ctx.scratch("nodes")
     with RedisServer(work) as redis_server, MotoS3Server() as s3:
         s3.create_bucket("bench-cluster")

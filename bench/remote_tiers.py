@@ -112,17 +112,26 @@ def measure(ctx: Context, work: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def run(ctx: Context) -> None:
-    """Measure, record the table, print it."""
+def missing_parts() -> str | None:
+    """Why the shared-tier benchmarks (this one and ``cluster``) cannot run here (None: they
+    can): a redis-server to start, the [shared] extra, moto's server and httpx."""
     if not redis_available():
-        ctx.note("redis-server is not installed (Debian package redis-server); skipped")
-        return
+        return "redis-server is not installed (Debian package redis-server); skipped"
     try:
         import boto3  # noqa: F401
+        import httpx  # noqa: F401
         import moto  # noqa: F401
         import redis  # noqa: F401
     except ImportError:
-        ctx.note("needs the [shared] extra and moto[server] ([test] extra); skipped")
+        return "needs the [shared] extra and moto[server] ([test] extra); skipped"
+    return None
+
+
+def run(ctx: Context) -> None:
+    """Measure, record the table, print it."""
+    missing = missing_parts()
+    if missing is not None:
+        ctx.note(missing)
         return
     rows = measure(ctx, ctx.scratch("servers"))
     ctx.table("remote_hits", "Remote hits against the bare client (ms, alternating calls)",
