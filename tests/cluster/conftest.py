@@ -24,6 +24,9 @@ from typing import Any
 import httpx
 import pytest
 
+from voxcache.cache import Cache, CacheConfig
+from voxcache.cached import CachedEngine
+from voxcache.engines.tone import ToneEngine
 from voxcache.testing.servers import (
     MotoS3Server,
     RedisClusterServers,
@@ -207,3 +210,28 @@ def samples(response: httpx.Response) -> bytes:
 def aws_env(s3_server: MotoS3Server) -> dict[str, str]:
     """The standard AWS variables pointing at the session's S3 server."""
     return dict(s3_server.env)
+
+
+Make = Callable[..., CachedEngine]
+"""``make_node(name, redis_url)``: a node in this process (tests of the bus and leases)."""
+
+
+@pytest.fixture
+def make_node(tmp_path: Path) -> Iterator[Make]:
+    """Nodes (a cache over a folder of their own + the tone engine) on Redis, in process."""
+    made: list[CachedEngine] = []
+
+    def make(name: str, redis_url: str, lock_wait: float = 60.0) -> CachedEngine:
+        cache = Cache(tmp_path / name, CacheConfig(tiers=("memory", "disk", redis_url)))
+        made.append(CachedEngine(ToneEngine(), cache, lock_wait=lock_wait))
+        return made[-1]
+
+    yield make
+    for node in made:
+        node.cache.close()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """The session's redis-server under a key prefix of this test's own."""
+    return f"{redis_server.url}?prefix={new_prefix()}"

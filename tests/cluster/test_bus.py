@@ -11,40 +11,17 @@ waits in an outbox until Redis answers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from voxcache.cache import Cache, CacheConfig
 from voxcache.cached import CachedEngine
-from voxcache.engines.tone import ToneEngine
 from voxcache.request import SynthesisRequest
 from voxcache.testing.servers import RedisServer
 
-from .conftest import needs_redis, new_prefix, raw_redis, until
-
-Make = Callable[..., CachedEngine]
-
-
-@pytest.fixture
-def make_node(tmp_path: Path) -> Iterator[Make]:
-    """Nodes (a cache over a folder of their own + the tone engine) on given tiers."""
-    made: list[CachedEngine] = []
-
-    def make(name: str, redis_url: str) -> CachedEngine:
-        cache = Cache(tmp_path / name, CacheConfig(tiers=("memory", "disk", redis_url)))
-        made.append(CachedEngine(ToneEngine(), cache))
-        return made[-1]
-
-    yield make
-    for node in made:
-        node.cache.close()
-
-
-@pytest.fixture
-def redis_url(redis_server: RedisServer) -> str:
-    return f"{redis_server.url}?prefix={new_prefix()}"
+from .conftest import Make, needs_redis, raw_redis, until
 
 
 def _render(node: CachedEngine, text: str) -> str:

@@ -10,40 +10,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from voxcache.cache import Cache, CacheConfig
 from voxcache.cached import CachedEngine
-from voxcache.engines.tone import ToneEngine
 from voxcache.outcome import Result
 from voxcache.request import SynthesisRequest
 from voxcache.testing.servers import RedisServer
 
-from .conftest import needs_redis, new_prefix, raw_redis
-
-Make = Callable[..., CachedEngine]
-
-
-@pytest.fixture
-def make_node(tmp_path: Path) -> Iterator[Make]:
-    made: list[CachedEngine] = []
-
-    def make(name: str, redis_url: str, lock_wait: float = 60.0) -> CachedEngine:
-        cache = Cache(tmp_path / name, CacheConfig(tiers=("memory", "disk", redis_url)))
-        made.append(CachedEngine(ToneEngine(), cache, lock_wait=lock_wait))
-        return made[-1]
-
-    yield make
-    for node in made:
-        node.cache.close()
-
-
-@pytest.fixture
-def redis_url(redis_server: RedisServer) -> str:
-    return f"{redis_server.url}?prefix={new_prefix()}"
+from .conftest import Make, needs_redis, raw_redis
 
 
 def _at_once(*calls: Callable[[], Result]) -> list[Result]:
