@@ -12,7 +12,7 @@ from voxcache.cache import Cache
 from voxcache.entry import CorruptEntry, decode
 from voxcache.stages import StageCache, StageInputs
 from voxcache.tensors import tensor_entry
-from voxcache.testing.stored import overwrite_stored, stored_bytes
+from voxcache.testing.stored import overwrite_stored, stored_bytes, undetected_flips
 
 KEY = "ab" * 32
 
@@ -26,16 +26,7 @@ def small_entry():
 def test_a_flip_at_every_offset_is_detected():
     entry = small_entry()
     assert decode(entry.blob, KEY).header == entry.header
-    missed = []
-    for offset in range(len(entry.blob)):
-        for bit in (0x01, 0x80):
-            damaged = bytearray(entry.blob)
-            damaged[offset] ^= bit
-            try:
-                decode(bytes(damaged), KEY)
-            except CorruptEntry:
-                continue
-            missed.append((offset, bit))
+    missed = undetected_flips(entry.blob, KEY, (0x01, 0x80))
     assert missed == [], f"undetected flips at {missed[:5]} of {len(entry.blob)} bytes"
 
 

@@ -8,7 +8,10 @@ cache folder could (a file written in place, a record put into the store).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ..cache import Cache
+from ..entry import CorruptEntry, decode
 from ..tiers import inline
 from ..tiers.layout import entry_path
 
@@ -29,3 +32,20 @@ def overwrite_stored(cache: Cache, key: str, kind: str, blob: bytes) -> None:
         if store is None:
             raise RuntimeError("the inline store cannot be opened")
         store.put(inline.record_name(key, kind), blob, lambda existing: False)
+
+
+def undetected_flips(blob: bytes, key: str,
+                     bits: Iterable[int] = (0x01, 0x80)) -> list[tuple[int, int]]:
+    """(offset, bit) of every single-byte flip of ``blob`` that ``entry.decode`` still
+    accepts as the entry stored under ``key``: a verified entry has none."""
+    missed = []
+    for offset in range(len(blob)):
+        for bit in bits:
+            damaged = bytearray(blob)
+            damaged[offset] ^= bit
+            try:
+                decode(bytes(damaged), key)
+            except CorruptEntry:
+                continue
+            missed.append((offset, bit))
+    return missed
