@@ -14,7 +14,8 @@ tiers follow memory and disk in the same stack, each behind a write-behind queue
 the same news reaches every node's memory *and* disk tiers through the bus in Redis
 (``tiers.nodes``, ``tiers.bus``); ``leases`` is the render lease the orchestrator
 takes after the local lock. A cache folder on a network filesystem is refused
-(``refuse_network_filesystem``): SQLite and ``flock`` are not safe there.
+(by the disk tier, ``tiers.disk.refuse_network_filesystem``): SQLite and ``flock`` are
+not safe there.
 """
 
 from __future__ import annotations
@@ -29,10 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from .entry import Entry
-from .errors import CacheDirError
 from .tiers.base import TierStack
 from .tiers.bus import News
-from .tiers.disk import NETWORK_FILESYSTEMS, DiskTier, filesystem_type
+from .tiers.disk import DiskTier
 from .tiers.invalidation import InvalidationLog
 from .tiers.leases import Leases
 from .tiers.lifecycle import Limits, enforce
@@ -42,10 +42,6 @@ from .tiers.remote import redacted
 from .tiers.writebehind import DEFAULT_MAX_BYTES
 
 log = logging.getLogger("voxcache.cache")
-
-MOUNTS = "/proc/mounts"
-"""Where the mount table is read (a test points it at a table of its own)."""
-
 
 @dataclass(frozen=True, slots=True)
 class CacheConfig:
@@ -85,7 +81,6 @@ class Cache:
                  clock: Callable[[], float] = time.time) -> None:
         self.root = Path(root)
         self.config = config or CacheConfig()
-        refuse_network_filesystem(self.root)
         tiers = tier_list(self.config.tiers)
         self.disk = DiskTier(self.root, clock=clock)
         self.memory = MemoryTier(self.config.memory_budgets, self.config.memory_default_budget,
@@ -306,16 +301,3 @@ class Cache:
         self.nodes.fold()
         self.invalidations.close()
         self.tiers.close()
-
-
-def refuse_network_filesystem(root: Path) -> None:
-    """Refuse a cache folder on NFS/SMB: SQLite's locking and ``flock`` are not reliable
-    there, so the index could be corrupted and single flight would not hold. The place
-    for what several machines share is a shared tier, with a local folder on each."""
-    fstype = filesystem_type(root, MOUNTS)
-    if fstype in NETWORK_FILESYSTEMS:
-        raise CacheDirError(
-            f"cache folder {root} is on a network filesystem ({fstype}): SQLite and file locks "
-            "are not safe there. Give each node a local cache_dir (--cache-dir, VOXCACHE_DIR) "
-            "and share takes through the shared tiers instead: tiers = [\"memory\", \"disk\", "
-            "\"redis://host:6379/0\", \"s3://bucket/prefix\"] (docs/cluster.md)")

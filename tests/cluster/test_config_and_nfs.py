@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from voxcache import cache as cache_module
 from voxcache.cache import Cache, CacheConfig
 from voxcache.config import load_settings
 from voxcache.errors import CacheDirError, InvalidParameter
+from voxcache.tiers import disk as disk_module
 
 
 def test_the_tier_list_comes_from_the_file_or_the_environment(
@@ -66,7 +66,7 @@ def _mounts(tmp_path: Path, fstype: str, where: Path) -> Path:
 def test_a_cache_folder_on_a_network_filesystem_is_refused(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fstype: str) -> None:
     shared = tmp_path / "shared"
-    monkeypatch.setattr(cache_module, "MOUNTS", str(_mounts(tmp_path, fstype, shared)))
+    monkeypatch.setattr(disk_module, "MOUNTS", str(_mounts(tmp_path, fstype, shared)))
     with pytest.raises(CacheDirError) as refused:
         Cache(shared / "voxcache", CacheConfig())
     message = str(refused.value)
@@ -77,14 +77,14 @@ def test_a_cache_folder_on_a_network_filesystem_is_refused(
 
 def test_a_local_filesystem_in_the_same_table_is_accepted(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cache_module, "MOUNTS", str(_mounts(tmp_path, "ext4", tmp_path / "x")))
+    monkeypatch.setattr(disk_module, "MOUNTS", str(_mounts(tmp_path, "ext4", tmp_path / "x")))
     Cache(tmp_path / "local", CacheConfig()).close()
 
 
 REFUSE = """
 import sys
-import voxcache.cache
-voxcache.cache.MOUNTS = sys.argv[1]
+import voxcache.tiers.disk
+voxcache.tiers.disk.MOUNTS = sys.argv[1]
 from voxcache.cli import main
 sys.exit(main(sys.argv[2:]))
 """

@@ -8,11 +8,15 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from voxcache.audio import Audio
 from voxcache.cache import Cache, CacheConfig
 from voxcache.entry import audio_entry
+from voxcache.errors import CacheDirError
 from voxcache.request import SynthesisRequest as R
+from voxcache.tiers import disk as disk_module
+from voxcache.tiers.disk import DiskTier
 from voxcache.tiers.layout import entry_path
 from voxcache.tiers.lifecycle import sweep_temp_files
 from voxcache.tiers.memory import MemoryTier
@@ -242,19 +246,21 @@ def test_async_twin(cached_tone, tone):
     assert (again.cache, again.tier) == ("hit", "memory")
 
 
-def test_network_filesystem_is_warned_about_loudly(tmp_path, caplog):
-    from voxcache.tiers.disk import warn_if_network_filesystem
+def test_a_disk_tier_on_a_network_filesystem_is_refused_before_it_makes_anything(
+        tmp_path, monkeypatch):
+    """The disk tier itself refuses NFS/SMB (it relies on SQLite and flock), whoever opens
+    it; a local mount in the same table is accepted."""
 
     mounts = tmp_path / "mounts"
     mounts.write_text(f"/dev/sda1 / ext4 rw 0 0\nnas:/export {tmp_path} nfs4 rw 0 0\n")
-    with caplog.at_level("WARNING"):
-        assert warn_if_network_filesystem(tmp_path / "cache", str(mounts)) == "nfs4"
-    assert "network filesystem" in caplog.text
-    caplog.clear()
+    monkeypatch.setattr(disk_module, "MOUNTS", str(mounts))
+    with pytest.raises(CacheDirError, match=r"network filesystem \(nfs4\)"):
+        DiskTier(tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()
     local = tmp_path / "local-mounts"
     local.write_text("/dev/sda1 / ext4 rw 0 0\n")
-    assert warn_if_network_filesystem(tmp_path / "cache", str(local)) == "ext4"
-    assert "network filesystem" not in caplog.text
+    monkeypatch.setattr(disk_module, "MOUNTS", str(local))
+    DiskTier(tmp_path / "cache").close()
 
 
 def test_memory_hits_count_for_the_disk_tiers_eviction(cached_tone):

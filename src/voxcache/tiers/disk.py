@@ -80,13 +80,13 @@ class DiskTier:
         self._deferred_pins: dict[str, tuple[bool, float | None]] = {}
         self._pending_lock = threading.Lock()
         self.faults = FaultLog(log, self.count)
-        # First, before anything here can leave a temp file: this process's session
+        refuse_network_filesystem(self.root)  # before anything is made there
+        # Then, before anything here can leave a temp file: this process's session
         # record (a crash from now on makes the next start walk the folder).
         self.session, self.start_state = sessions.begin(self.root)
         self._inline: InlineStore | None = None
         try:
             _prepare_root(self.root)
-            warn_if_network_filesystem(self.root)
             # Before the index: rebuilding one reads the store, which must be trusted first.
             self._inline = acquire_inline(self.root, distrust=self.start_state.rebooted)
             if self._inline is not None and self._inline.set_aside is not None:
@@ -675,16 +675,21 @@ def _rebuilt(root: Path, path: Path, exc: BaseException) -> Index:
     return index
 
 
-def warn_if_network_filesystem(root: Path, mounts: str = "/proc/mounts") -> str | None:
-    """Log a loud warning when the cache is on NFS/SMB (flock and rename are unreliable)."""
-    fstype = filesystem_type(root, mounts)
+MOUNTS = "/proc/mounts"
+"""Where the mount table is read (a test points it at a table of its own)."""
+
+
+def refuse_network_filesystem(root: Path) -> None:
+    """Refuse a cache folder on NFS/SMB: SQLite's locking and ``flock`` are not reliable
+    there, so the index could be corrupted and single flight would not hold. The place
+    for what several machines share is a shared tier, with a local folder on each."""
+    fstype = filesystem_type(root, MOUNTS)
     if fstype in NETWORK_FILESYSTEMS:
-        log.warning(
-            "!!! cache folder %s is on a network filesystem (%s): file locks and atomic "
-            "renames are not reliable there, so single-flight across machines and crash "
-            "safety are weakened. Use a local disk and the shared Redis/S3 tier instead.",
-            root, fstype)
-    return fstype
+        raise CacheDirError(
+            f"cache folder {root} is on a network filesystem ({fstype}): SQLite and file locks "
+            "are not safe there. Give each node a local cache_dir (--cache-dir, VOXCACHE_DIR) "
+            "and share takes through the shared tiers instead: tiers = [\"memory\", \"disk\", "
+            "\"redis://host:6379/0\", \"s3://bucket/prefix\"] (docs/cluster.md)")
 
 
 def filesystem_type(path: Path, mounts: str = "/proc/mounts") -> str:
