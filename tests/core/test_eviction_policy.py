@@ -199,3 +199,37 @@ def test_a_cost_that_is_not_a_positive_number_is_no_cost(value: Any) -> None:
 
 def test_a_claimed_cost_is_held_to_an_hour() -> None:
     assert take_seconds({"render_seconds": 1e300}) == 3600.0
+
+
+@pytest.mark.piper
+def test_with_piper_takes_carry_their_cost_and_a_scan_passes_through(piper, tmp_path) -> None:
+    """End to end with real Piper takes: each row is ranked by the engine seconds its
+    envelope recorded, and a one-off scan through a full disk tier leaves the phrase asked
+    all day on disk (served without a second synthesis)."""
+    from voxcache.cached import CachedEngine
+    from voxcache.request import SynthesisRequest
+
+    quiet = {"noise_scale": 0.0, "noise_w_scale": 0.0}
+    hot = SynthesisRequest("Your order is ready at the counter.", params=quiet)
+    probe = CachedEngine(piper, Cache(tmp_path / "probe"))
+    size = probe.synthesize(hot).entry.size
+    probe.cache.close()
+    cache = Cache(tmp_path / "cache", CacheConfig(disk_max_bytes=int(size * 4.5)))
+    cached = CachedEngine(piper, cache)
+    try:
+        key = cached.synthesize(hot).key
+        for _ in range(3):
+            assert cached.synthesize(hot).cache == "hit"
+        cache.disk.flush()
+        for i in range(8):  # one-off announcements, each asked once
+            cached.synthesize(SynthesisRequest(f"Platform {i + 2} is now closed.", params=quiet))
+        cache.disk.flush()
+        costs = [cost for (cost,) in cache.disk.index.query("SELECT cost FROM entries")]
+        assert costs and all(cost > 0 for cost in costs)  # Piper's own render seconds
+        totals = cache.disk.totals()
+        assert totals is not None and totals[0] <= int(size * 4.5)
+        cache.memory.clear()
+        again = cached.synthesize(hot)
+        assert (again.cache, again.tier, again.key) == ("hit", "disk", key)
+    finally:
+        cache.close()
