@@ -80,6 +80,8 @@ class Cache:
     def __init__(self, root: str | Path, config: CacheConfig | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.root = Path(root)
+        self.locks = self.root / "locks"
+        """Where the per-key render locks live (``singleflight.key_lock``)."""
         self.config = config or CacheConfig()
         tiers = tier_list(self.config.tiers)
         self.disk = DiskTier(self.root, clock=clock)

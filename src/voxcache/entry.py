@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import struct
 import time
-from dataclasses import asdict
 from typing import Any
 
 import msgspec
@@ -202,7 +201,7 @@ def _entry(header: EntryHeader, blob: bytes, payload_offset: int) -> Entry:
 
 def _seal(header: EntryHeader, payload: bytes) -> tuple[bytes, bytes]:
     """The header's canonical JSON and the XXH3-128 over it and the payload."""
-    header_json = json.dumps(asdict(header), sort_keys=True, separators=(",", ":"),
+    header_json = json.dumps(header.fields(), sort_keys=True, separators=(",", ":"),
                              allow_nan=False).encode()
     checksum = xxhash.xxh3_128(header_json)
     checksum.update(payload)

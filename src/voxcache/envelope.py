@@ -38,6 +38,11 @@ class EntryHeader:
         """True once the entry's TTL has run out."""
         return self.expires is not None and now >= self.expires
 
+    def fields(self) -> dict[str, Any]:
+        """The header as the dict its JSON is made from. Shallow, unlike
+        ``dataclasses.asdict``, whose deep copy of ``meta`` was most of sealing a take."""
+        return {name: getattr(self, name) for name in self.__slots__}
+
 
 @dataclass(frozen=True, slots=True)
 class Entry:

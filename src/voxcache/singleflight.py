@@ -112,11 +112,15 @@ def key_lock(lock_dir: Path, key: str, wait: float, poll: float = 0.005,
     out of inodes yields False (``on_fault`` hears why) and the caller renders
     without it rather than failing the request.
     """
-    path = lock_dir / key[:2] / f"{key}.lock"
+    folder = f"{lock_dir}/{key[:2]}"
+    path = f"{folder}/{key}.lock"
     deadline = time.monotonic() + wait
     try:
-        private_dirs(path.parent)
-        fd = _acquire(path, deadline, poll)
+        try:
+            fd = _acquire(path, deadline, poll)
+        except FileNotFoundError:  # the shard folder does not exist yet
+            private_dirs(folder)
+            fd = _acquire(path, deadline, poll)
     except OSError as exc:
         fd = None
         if on_fault is not None:
@@ -130,7 +134,7 @@ def key_lock(lock_dir: Path, key: str, wait: float, poll: float = 0.005,
             os.close(fd)  # closing drops the flock
 
 
-def _acquire(path: Path, deadline: float, poll: float) -> int | None:
+def _acquire(path: str, deadline: float, poll: float) -> int | None:
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:

@@ -29,7 +29,6 @@ import json
 import struct
 import time
 from collections.abc import Mapping
-from dataclasses import asdict
 from functools import lru_cache
 from math import prod
 from typing import Annotated, Any
@@ -81,7 +80,7 @@ def tensor_entry(
         kind=kind, key=key, created=created, expires=None if ttl is None else created + ttl,
         content_type=CONTENT_TYPE, length=len(draft) - data_at, meta=dict(meta or {}),
     )
-    header_json = _canonical(asdict(header))
+    header_json = _canonical(header.fields())
     checksum = _checksum(header_json, descriptors, memoryview(draft)[data_at:])
     blob = _serialize(arrays, _envelope_text(header_json, checksum))
     return Entry(header, blob, _data_offset(blob))

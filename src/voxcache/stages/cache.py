@@ -192,7 +192,7 @@ class StageCache:
               ttl: float | None, started: float) -> StageResult:
         if inputs.kind in MEMORY_ONLY_KINDS:
             return self._compute(inputs, key, compute, ttl, started)
-        with key_lock(self.cache.root / "locks", key, self.lock_wait,
+        with key_lock(self.cache.locks, key, self.lock_wait,
                       on_fault=self.cache.lock_fault) as locked:
             if locked:
                 entry = self.cache.read_disk(key, inputs.kind)

@@ -121,6 +121,9 @@ class TierStack:
         if not tiers:
             raise ValueError("a tier stack needs at least one tier")
         self.tiers = list(tiers)
+        self._write_order = sorted(self.tiers, key=lambda tier: not tier.durable)
+        """Write-through order: the durable tiers first (they are what survives)."""
+        self._durable = any(tier.durable for tier in self.tiers)
         self._faults = faults
         self._clock = clock
         self._breakers = {tier.name: _Breaker() for tier in self.tiers}
@@ -156,14 +159,13 @@ class TierStack:
             pin_until: float | None = None) -> bool:
         """Write through every tier, the durable ones first (they are what survives);
         True once a durable tier holds it (the fastest tier, if none is durable)."""
-        ordered = sorted(self.tiers, key=lambda tier: not tier.durable)
         stored = False
-        for tier in ordered:
+        for tier in self._write_order:
             held = self.call(tier, "put", lambda t=tier: t.put(
                 entry, tenant=tenant, pinned=pinned, pin_until=pin_until), False)
             if tier.durable:
                 stored = stored or held
-        if not any(tier.durable for tier in self.tiers):
+        if not self._durable:
             first = self.tiers[0]
             return self.call(first, "contains", lambda: first.contains(
                 entry.header.key, entry.header.kind), False)

@@ -54,7 +54,15 @@ from .inline import (
 from .inline import acquire as acquire_inline
 from .inline import eligible as inline_eligible
 from .inline import release as release_inline
-from .layout import SUBFOLDERS, TEMP_PREFIX, entry_path, pin_path, suffix_of, write_pin
+from .layout import (
+    SUBFOLDERS,
+    TEMP_PREFIX,
+    entry_file,
+    entry_path,
+    pin_file,
+    suffix_of,
+    write_pin,
+)
 from .lifecycle import rebuild_index, reconcile
 
 log = logging.getLogger("voxcache.disk")
@@ -182,8 +190,7 @@ class DiskTier:
             if blob is not None:
                 return self._verified(blob, key, kind, inline=True)
         if path is None:
-            # String formatting, not Path joins: this is the disk-hit path (layout.entry_path).
-            path = f"{self._objects}/{key[:2]}/{key[2:4]}/{key}{suffix_of(kind)}"
+            path = entry_file(self._objects, key, kind)
         try:
             blob = read_entry_file(path)
         except FileNotFoundError:
@@ -265,7 +272,7 @@ class DiskTier:
 
     def is_pinned(self, key: str) -> bool:
         """Whether ``key`` carries a pin marker (one stat, no index)."""
-        return os.path.lexists(pin_path(self.root, key))
+        return os.path.lexists(pin_file(self.root, key))
 
     def owner(self, key: str) -> str | None:
         """The tenant the index says owns ``key`` (None: not indexed, or no index now)."""
@@ -280,7 +287,7 @@ class DiskTier:
         request) counts as stored; an expired or damaged one is replaced.
         """
         header = entry.header
-        path = entry_path(self.root, header.key, header.kind)
+        path = entry_file(self._objects, header.key, header.kind)
         try:
             outcome = self._store(path, entry)
         except OSError as exc:
@@ -309,7 +316,7 @@ class DiskTier:
             self._write_pin(header.key, True, pin_until)
         return True
 
-    def _store(self, path: Path, entry: Entry) -> str:
+    def _store(self, path: str, entry: Entry) -> str:
         """Publish inline (a small entry of a kind that may be) or as a file: ``new``,
         ``replaced`` or ``exists``. Whichever holds a live take of the key first wins: a
         file already at the path decides for a small entry, a live record for a large one."""
@@ -350,12 +357,17 @@ class DiskTier:
             return False
         return not entry.header.expired(self._clock())
 
-    def _publish(self, path: Path, entry: Entry) -> str:
+    def _publish(self, path: str, entry: Entry) -> str:
         """Link a temp copy into place: ``new``, ``replaced`` (over an expired or bad
         file) or ``exists`` (a live entry is already there: first writer wins)."""
-        private_dirs(path.parent)
-        temp = path.parent / f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        folder = os.path.dirname(path)
+        temp = f"{folder}/{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        try:
+            fd = os.open(temp, flags, 0o600)
+        except FileNotFoundError:  # the key's shard folders do not exist yet
+            private_dirs(folder)
+            fd = os.open(temp, flags, 0o600)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(entry.blob)
@@ -365,7 +377,7 @@ class DiskTier:
             except FileExistsError:
                 pass
             key, kind = entry.header.key, entry.header.kind
-            existing = self._read(str(path), key, kind)  # a bad one is quarantined here
+            existing = self._read(path, key, kind)  # a bad one is quarantined here
             if existing is not None and not existing.header.expired(self._clock()):
                 return "exists"
             if existing is not None:

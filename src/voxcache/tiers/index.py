@@ -88,6 +88,11 @@ REQUEST_WAIT = 0.2
 (it used to wait 30 s, then fail); what cannot be written in time is deferred."""
 
 
+_CLOCK_AND_GHOST = ("SELECT (SELECT value FROM policy WHERE name = 'clock'), "
+                    "(SELECT score FROM ghosts WHERE key = ?)")
+"""The eviction clock and a returning key's ghost score, in one statement (a miss's insert)."""
+
+
 def _clock(db: sqlite3.Connection) -> float:
     """The eviction clock (``tiers.eviction``), read inside the caller's transaction."""
     row = db.execute("SELECT value FROM policy WHERE name = 'clock'").fetchone()
@@ -277,14 +282,14 @@ class Index:
         """
         added = 0
         with self.transaction(wait) as db:
-            clock = _clock(db)
             for r in rows:
                 db.execute("DELETE FROM entries WHERE key = ? AND created < ?",
                            (r.key, r.created))
-                ghost = db.execute("SELECT score FROM ghosts WHERE key = ?", (r.key,)).fetchone()
+                clock, ghost = db.execute(_CLOCK_AND_GHOST, (r.key,)).fetchone()
+                clock = 0.0 if clock is None else float(clock)
                 if ghost is not None:
                     db.execute("DELETE FROM ghosts WHERE key = ?", (r.key,))
-                previous = None if ghost is None else float(ghost[0])
+                previous = None if ghost is None else float(ghost)
                 asks = r.hits + (previous is not None)
                 added += db.execute(
                     "INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",

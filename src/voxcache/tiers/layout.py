@@ -32,7 +32,13 @@ def suffix_of(kind: str) -> str:
 
 def entry_path(root: Path, key: str, kind: str) -> Path:
     """Return where an entry lives."""
-    return root / "objects" / key[:2] / key[2:4] / f"{key}{suffix_of(kind)}"
+    return Path(entry_file(f"{root}/objects", key, kind))
+
+
+def entry_file(objects: str, key: str, kind: str) -> str:
+    """Where an entry lives, as a string under the ``objects`` folder: the form the read and
+    write paths use, since four ``Path`` joins cost more than the stat they name."""
+    return f"{objects}/{key[:2]}/{key[2:4]}/{key}{suffix_of(kind)}"
 
 
 def kind_of_file(name: str) -> str | None:
@@ -44,7 +50,12 @@ def kind_of_file(name: str) -> str | None:
 
 def pin_path(root: Path, key: str) -> Path:
     """Return the marker file that records a pin."""
-    return root / "pins" / key
+    return Path(pin_file(root, key))
+
+
+def pin_file(root: Path | str, key: str) -> str:
+    """``pin_path`` as a string: what the memory tier stats on every put."""
+    return f"{root}/pins/{key}"
 
 
 def read_pin(root: Path, key: str) -> tuple[bool, float | None]:
