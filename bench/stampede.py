@@ -1,10 +1,13 @@
 """Benchmark 4: a stampede — N concurrent requests for one new key.
 
-Target: one render however many ask, and waiters released as soon as it is stored. Run in
-one process (threads: voxcache's in-process flights) and across 4 processes (its per-key
-file lock plus a disk re-check), and the same against tts-cache, whose coalescing is per
-event loop and so per process. The engine is the tone engine with a fixed 0.2 s of model
-time, so render counts and wake-up delays are not lost in Piper's noise.
+Target: one render however many ask, and waiters released as soon as the take exists (before
+it is written). Run in one process, with the callers as threads (the library's form) and as
+coroutines on one event loop (``CachedEngine.take``: the service's form), and across 4
+processes (voxcache's per-key file lock plus a disk re-check); the same against tts-cache
+(its sync API from threads, and its native asyncio API), whose coalescing is per event loop
+and so per process. Two floors with no cache at all show what waking N threads, or N
+coroutines, costs this interpreter on this machine. The engine is the tone engine with a
+fixed 0.2 s of model time, so render counts and wake-up delays are not lost in Piper's noise.
 """
 
 from __future__ import annotations
@@ -64,11 +67,22 @@ def fire(n: int, start_at: float, call: Any) -> list[tuple[float, bool]]:
     return out
 
 
-def voxcache_task(root: str, text: str, n: int, start_at: float) -> dict[str, Any]:
-    """One process's share of a voxcache stampede."""
+def warmed(root: str) -> tuple[TimedTone, Cache, CachedEngine]:
+    """An engine behind a cache that has already stored a take, as a serving process has:
+    the first write to a fresh folder (its index's first page, its first folders) is not
+    what a stampede on a live server waits for."""
     engine = TimedTone()
     cache = Cache(Path(root))
     cached = CachedEngine(engine, cache)
+    cached.synthesize(SynthesisRequest("Warm-up take."))
+    engine.calls.clear()
+    engine.finished.clear()
+    return engine, cache, cached
+
+
+def voxcache_task(root: str, text: str, n: int, start_at: float) -> dict[str, Any]:
+    """One process's share of a voxcache stampede."""
+    engine, cache, cached = warmed(root)
     request = SynthesisRequest(text, params={"delay": DELAY})
     try:
         done = fire(n, start_at, lambda: cached.synthesize(request).cache == "miss")
@@ -101,7 +115,100 @@ def tts_cache_task(root: str, text: str, n: int, start_at: float) -> dict[str, A
     return {"done": done, "renders": len(finished), "finished": finished}
 
 
+def voxcache_async_task(root: str, text: str, n: int) -> dict[str, Any]:
+    """N coroutines on one event loop asking ``CachedEngine.take``: the service's form."""
+    engine, cache, cached = warmed(root)
+    request = SynthesisRequest(text, params={"delay": DELAY})
+
+    async def one() -> tuple[float, bool]:
+        take = await cached.take(request)
+        assert take.result is not None
+        return time.time(), take.result.cache == "miss"
+
+    try:
+        done = asyncio.run(_gather(one, n))
+    finally:
+        cache.close()
+    return {"done": done, "renders": len(engine.calls), "finished": engine.finished}
+
+
+def tts_cache_async_task(root: str, text: str, n: int) -> dict[str, Any]:
+    """N coroutines on one event loop asking tts-cache's native ``get_or_generate``."""
+    from .peers import tts_cache_disk
+
+    cache = tts_cache_disk(Path(root))
+    finished: list[float] = []
+
+    async def render() -> bytes:
+        await asyncio.sleep(DELAY)
+        finished.append(time.time())
+        return b"RIFF" + bytes(64_000)
+
+    async def one() -> tuple[float, bool]:
+        result = await cache.get_or_generate(text, generator_fn=render)
+        return time.time(), not result.hit
+
+    try:
+        done = asyncio.run(_gather(one, n))
+    finally:
+        cache.close()
+    done.sort()  # as in tts_cache_task: the earliest finishers count as the renderers
+    done = [(t, i < len(finished)) for i, (t, _) in enumerate(done)]
+    return {"done": done, "renders": len(finished), "finished": finished}
+
+
+async def _gather(one: Any, n: int) -> list[tuple[float, bool]]:
+    return list(await asyncio.gather(*(one() for _ in range(n))))
+
+
+def threads_floor(n: int) -> dict[str, Any]:
+    """No cache: N - 1 threads wait on a ``threading.Condition`` that one thread notifies
+    after DELAY — what waking N threads costs this interpreter on this machine."""
+    cond = threading.Condition()
+    finished: list[float] = []
+    led: list[bool] = []
+
+    def call() -> bool:
+        with cond:
+            leads = not led
+            led.append(True)
+        if leads:  # the first caller "renders"
+            time.sleep(DELAY)
+            with cond:
+                finished.append(time.time())
+                cond.notify_all()
+            return True
+        with cond:
+            while not finished:
+                cond.wait()
+        return False
+
+    done = fire(n, time.time() + 0.05, call)
+    return {"done": done, "renders": len(finished), "finished": finished}
+
+
+def asyncio_floor(n: int) -> dict[str, Any]:
+    """No cache: N - 1 coroutines await one future a worker thread sets after DELAY — what
+    waking N waiters costs one event loop."""
+    finished: list[float] = []
+
+    async def main() -> list[tuple[float, bool]]:
+        loop = asyncio.get_running_loop()
+        shared = loop.run_in_executor(None, lambda: (time.sleep(DELAY),
+                                                     finished.append(time.time())))
+
+        async def one(led: bool) -> tuple[float, bool]:
+            await shared
+            return time.time(), led
+
+        return list(await asyncio.gather(*(one(i == 0) for i in range(n))))
+
+    done = asyncio.run(main())
+    return {"done": done, "renders": len(finished), "finished": finished}
+
+
 TASKS = {"voxcache": voxcache_task, "tts-cache": tts_cache_task}
+ASYNC_TASKS = {"voxcache": voxcache_async_task, "tts-cache": tts_cache_async_task}
 
 
 def _serve(inbox: Any, outbox: Any) -> None:
@@ -186,11 +293,20 @@ def run(ctx: Context) -> None:
     rows = []
     workers = Workers(PROCESSES)
     try:
+        for n in COUNTS:  # the interpreter's own floor for each way of waiting
+            rows.append(summarise("no cache (floor)", "1 process, threads", n,
+                                  [[threads_floor(n)] for _ in range(trials)]))
+            rows.append(summarise("no cache (floor)", "1 process, asyncio", n,
+                                  [[asyncio_floor(n)] for _ in range(trials)]))
         for kind in kinds:
             for n in COUNTS:
                 one = [[TASKS[kind](str(ctx.scratch(f"{kind}-1p-{n}-{t}")), f"Stampede {n} {t}.",
                                     n, time.time() + 0.05)] for t in range(trials)]
-                rows.append(summarise(kind, "1 process", n, one))
+                rows.append(summarise(kind, "1 process, threads", n, one))
+                loop = [[ASYNC_TASKS[kind](str(ctx.scratch(f"{kind}-aio-{n}-{t}")),
+                                           f"Stampede on a loop {n} {t}.", n)]
+                        for t in range(trials)]
+                rows.append(summarise(kind, "1 process, asyncio", n, loop))
                 shares = [n // PROCESSES + (i < n % PROCESSES) for i in range(PROCESSES)]
                 many = [workers.run(kind, prepared(ctx, kind, f"{kind}-4p-{n}-{t}"),
                                     f"Stampede across {n} {t}.", shares) for t in range(trials)]
@@ -200,7 +316,11 @@ def run(ctx: Context) -> None:
     ctx.table("stampede", f"Stampede: renders (target 1) and waiters' extra latency after the "
               f"render finished ({DELAY * 1e3:.0f} ms render)", rows, notes=[
                   "tts-cache does not report which caller rendered; its earliest finishers are "
-                  "counted as the renderers."])
+                  "counted as the renderers.",
+                  "`no cache (floor)`: N - 1 threads waiting on one `threading.Condition`, or "
+                  "N - 1 coroutines awaiting one future, released when the 'render' ends: the "
+                  "wake-up cost alone. voxcache's caches start with one take stored (a serving "
+                  "process has written before)."])
     fig = plots.lines(list(COUNTS), {
         f"{r0['cache']}, {r0['mode']}": [r["renders (max of trials)"] for r in rows
                                          if (r["cache"], r["mode"]) == (r0["cache"], r0["mode"])]

@@ -27,7 +27,7 @@ import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any, Protocol
@@ -47,6 +47,7 @@ from .request import DEFAULT_MAX_TEXT_CHARS, SynthesisRequest, resolve
 from .resolved import ResolvedRequest
 from .scheduling import Admission
 from .singleflight import Flight, FlightGroup, key_lock
+from .tiers.leases import Leases
 
 __all__ = ["MODES", "CachedEngine", "Observer", "Result", "Take"]
 
@@ -55,6 +56,11 @@ KEY_MEMO_SIZE = 4096
 FOLLOW_POLL = 0.005
 """Seconds between checks of a flight for new chunks on the event loop (bounds the time to
 first audio a joiner adds)."""
+HANDOFF_SECONDS = 0.0003
+"""How long a leader that has just handed its take to waiters gives up the interpreter before
+it writes the take through the tiers. Without it the waiting threads, and the event loop
+holding the joiners, get the GIL only once the write is done (1-3 ms later); with it they
+are answered first, and the write, which nobody but the leader's caller waits for, follows."""
 MODES = ("use", "bypass", "refresh")
 """Cache modes: ``use`` (default), ``bypass`` (render, neither read nor store),
 ``refresh`` (drop the stored take, render and store a new one)."""
@@ -104,7 +110,7 @@ class CachedEngine:
         self.usage = Usage(cache.root, self.waveform)
         self.admission = admission or Admission.unbounded()
         self.observer: Observer = observer or _Unobserved()
-        self._pending: dict[str, Future[Result]] = {}
+        self._pending: dict[str, _Shared] = {}
         """Misses started by ``take`` on the event loop, by key: later callers share them
         instead of each filling a place in the admission queue."""
 
@@ -277,24 +283,31 @@ class CachedEngine:
             if pending is not None:
                 return await self._join(pending, key, started, stream, timeout)
         channel = _Channel(asyncio.get_running_loop()) if stream else None
-        future = self.admission.submit(self._serve, request, resolved_request, key, mode,
-                                       started, channel or NO_PROGRESS)
+        pending = _Shared()
+        if shared:  # before the miss thread starts: its flight must find the joiners
+            self._pending[key] = pending
+        try:
+            future = self.admission.submit(self._serve, request, resolved_request, key, mode,
+                                           started, channel or NO_PROGRESS)
+        except BaseException:
+            self._forget_pending(key, pending)
+            raise
+        pending.follow(future)
         if shared:
-            self._pending[key] = future
-            future.add_done_callback(lambda done: self._forget_pending(key, done))
+            future.add_done_callback(lambda _done: self._forget_pending(key, pending))
         if channel is None:
             return Take.whole(await _wait(future, timeout))
         future.add_done_callback(channel.finish)
         return await channel.take(key, self.engine.sample_rate, timeout)
 
-    def _forget_pending(self, key: str, future: Future[Result]) -> None:
-        if self._pending.get(key) is future:
+    def _forget_pending(self, key: str, pending: _Shared) -> None:
+        if self._pending.get(key) is pending:
             del self._pending[key]
 
-    async def _join(self, pending: Future[Result], key: str, started: float, stream: bool,
+    async def _join(self, pending: _Shared, key: str, started: float, stream: bool,
                     timeout: float | None) -> Take:
         """Share a miss another caller on this loop already started: its flight, once its
-        miss thread leads one (streamed), else its result."""
+        miss thread leads one (streamed), else the take as soon as it exists."""
         self.count("joins")
         if stream:
             while not pending.done():
@@ -303,7 +316,7 @@ class CachedEngine:
                     return Take(key, "JOINED", "engine", self.engine.sample_rate, 1,
                                 source=_follow(flight, timeout))
                 await asyncio.sleep(FOLLOW_POLL)
-        result = await _wait(pending, timeout)
+        result = await asyncio.wait_for(pending.wait(), timeout)
         return Take.whole(replace(result, cache="joined", seconds=seconds_since(started)))
 
     async def asynthesize(self, request: SynthesisRequest, *, mode: str = "use") -> Result:
@@ -363,7 +376,10 @@ class CachedEngine:
         read-only or full folder), then, with a Redis tier, across nodes the key's render
         lease (``_machine_then_nodes``). True: go on (read again, then render); False: the
         wait ran out (render without it)."""
-        return _machine_then_nodes(self, key)
+        cache = self.cache
+        if cache.leases is None:  # one machine: the flock is the whole lock
+            return key_lock(cache.locks, key, self.lock_wait, on_fault=cache.lock_fault)
+        return _machine_then_nodes(self, key, cache.leases)
 
     def render(self, resolved: ResolvedRequest) -> Iterator[Audio]:
         """The engine's chunks, inside a render slot, counted and observed."""
@@ -398,6 +414,9 @@ class CachedEngine:
         flight, leader = self.flights.join_or_lead(key)
         if not leader:
             return self._follow(flight, resolved, key, started, progress)
+        pending = self._pending.get(key)
+        if pending is not None:  # callers waiting on the event loop get the take with the rest
+            flight.future.add_done_callback(pending.settle)
         try:
             result = self._lead(resolved, key, flight, started, progress)
         except BaseException as exc:
@@ -460,6 +479,8 @@ class CachedEngine:
         # The waiters get the take as soon as it exists, not after the write: what they are
         # given is the take itself, so a write that then fails loses them nothing.
         flight.future.set_result(Result(entry, key, "miss", "engine", seconds_since(started)))
+        if flight.followers or key in self._pending:
+            time.sleep(HANDOFF_SECONDS)  # let the woken waiters run before the write does
         stored = self.cache.put(entry, tenant=resolved.tenant)
         self.remember(resolved, key)
         self.count("misses")
@@ -488,6 +509,60 @@ class CachedEngine:
     def remember(self, resolved: ResolvedRequest, key: str) -> None:
         """Remember ``key`` as the latest take of its request across model revisions."""
         self.upgrades.remember(self, resolved, key)
+
+
+class _Shared:
+    """A miss started on the event loop and shared by the callers that join it there.
+
+    Its joiners' waits (``wait``) are set in one pass, on one wake-up of the loop, with
+    whichever comes first: the key's flight, the moment its take exists
+    (before it is written through the tiers), or the whole miss, when it rendered no
+    flight of this key (a stored sentence stitch, a stale take, a failure).
+    """
+
+    def __init__(self) -> None:
+        self._whole: Future[Result] | None = None
+        self._first: Future[Result] = Future()
+        self._ready = asyncio.wrap_future(self._first)
+        self._ready.add_done_callback(self._release)
+        self._waiters: list[asyncio.Future[Result]] = []
+
+    def follow(self, whole: Future[Result]) -> None:
+        """The whole miss, once submitted: it settles the joiners if no flight did."""
+        self._whole = whole
+        whole.add_done_callback(self.settle)
+
+    def done(self) -> bool:
+        """True once the whole miss has ended (the take written, or the miss failed)."""
+        return self._whole is not None and self._whole.done()
+
+    def wait(self) -> asyncio.Future[Result]:
+        """A future of this caller's own: cancelling it (a client that went away) leaves
+        everyone else's wait alone, and all are set in one pass when the take exists."""
+        if self._ready.done():
+            return self._ready
+        waiter = self._ready.get_loop().create_future()
+        self._waiters.append(waiter)
+        return waiter
+
+    def _release(self, ready: asyncio.Future[Result]) -> None:
+        exc = ready.exception()
+        for waiter in self._waiters:
+            if not waiter.done():
+                if exc is None:
+                    waiter.set_result(ready.result())
+                else:
+                    waiter.set_exception(exc)
+        self._waiters.clear()
+
+    def settle(self, done: Future[Result]) -> None:
+        """Pass a finished future's outcome on, unless another already did (any thread)."""
+        with contextlib.suppress(InvalidStateError):
+            exc = done.exception()
+            if exc is None:
+                self._first.set_result(done.result())
+            else:
+                self._first.set_exception(exc)
 
 
 class _Channel:
@@ -530,7 +605,7 @@ class _Channel:
 
 # -- one render per key across nodes: the composite lock --------------------------------------
 @contextlib.contextmanager
-def _machine_then_nodes(engine: CachedEngine, key: str) -> Iterator[bool]:
+def _machine_then_nodes(engine: CachedEngine, key: str, leases: Leases) -> Iterator[bool]:
     """The local ``flock`` first, then the key's lease in Redis (``tiers.leases``), within one
     ``lock_wait``. The flock stays the lock every policy sees (segments take it per
     sentence), and it means one process per machine at most asks Redis for a key. The
@@ -538,12 +613,11 @@ def _machine_then_nodes(engine: CachedEngine, key: str) -> Iterator[bool]:
     cannot be asked (fail open: the local lock alone)."""
     cache = engine.cache
     deadline = time.monotonic() + engine.lock_wait
-    with key_lock(cache.root / "locks", key, engine.lock_wait,
-                  on_fault=cache.lock_fault) as locked:
-        if not locked or cache.leases is None:
+    with key_lock(cache.locks, key, engine.lock_wait, on_fault=cache.lock_fault) as locked:
+        if not locked:
             yield locked
             return
-        with cache.leases.hold(key, max(0.0, deadline - time.monotonic())) as held:
+        with leases.hold(key, max(0.0, deadline - time.monotonic())) as held:
             yield held
 
 

@@ -33,6 +33,9 @@ class Flight:
         self.chunks: list[Audio] = []
         self._cond = threading.Condition()
         self.followers = 0
+        # Followers wake the moment the take exists (or the render failed), not when the
+        # leader lands the flight after writing it through the tiers.
+        self.future.add_done_callback(lambda _done: self.close())
 
     def publish(self, chunk: Audio) -> None:
         """Make a freshly rendered chunk visible to live followers."""

@@ -208,3 +208,70 @@ def test_waiters_get_the_take_before_its_write_and_keep_it_if_the_write_fails(
     assert sorted(r.cache for r in results) == ["joined", "joined", "joined", "miss"]
     leader = next(r for r in results if r.cache == "miss")
     assert leader.stored is False  # the leader learns the write's fate
+
+
+def test_a_follower_wakes_when_the_take_exists_not_when_the_flight_lands() -> None:
+    """A follower that has every chunk so far sleeps until the flight changes. It used to be
+    woken only by ``land`` (after the leader's write) or a new chunk: a leader that set its
+    result after the follower went to sleep left it waiting out the whole write."""
+    from voxcache.singleflight import Flight
+
+    flight = Flight()
+    flight.publish(b"chunk")  # type: ignore[arg-type]
+    got: list[object] = []
+    follower = threading.Thread(target=lambda: got.extend(flight.follow(5)))
+    follower.start()
+    time.sleep(0.2)  # the follower has the chunk and sleeps, waiting for more or the end
+    flight.future.set_result("the take")  # no land(), no close(): the leader is still writing
+    follower.join(1)
+    assert not follower.is_alive(), "the follower slept through the take's arrival"
+    assert got == [b"chunk"]
+
+
+def test_joiners_on_the_loop_get_the_take_before_its_write(cache, gated_tone) -> None:
+    """The service's form: callers on one event loop ask for a key a miss thread is rendering.
+    They used to share that miss thread's whole job, so they were answered only after the
+    take was written and indexed; now they are answered the moment it exists, the write
+    still happens once, a failed write takes nothing from them, and a joiner that gives up
+    leaves the others their wait."""
+    import asyncio
+
+    from voxcache.cached import CachedEngine
+
+    cached = CachedEngine(gated_tone, cache)
+    release = threading.Event()
+    puts: list[str] = []
+
+    def slow_failing_put(entry, **kwargs):
+        puts.append(entry.header.key)
+        release.wait(10)  # the disk write is slow ...
+        return False  # ... and then fails (a full disk)
+
+    cache.put = slow_failing_put  # type: ignore[method-assign]
+    request = R("Joiners on the loop wake at once.")
+    gated_tone.gate.clear()
+
+    async def scenario():
+        # all in one tick, as a burst of requests arrives: the joiners find the leader's
+        # miss submitted but its thread not yet leading a flight
+        leader = asyncio.ensure_future(cached.take(request))
+        joiners = [asyncio.ensure_future(cached.take(request)) for _ in range(5)]
+        quitter = asyncio.ensure_future(cached.take(request))
+        await asyncio.sleep(0.2)
+        quitter.cancel()
+        gated_tone.gate.set()
+        done, _ = await asyncio.wait(joiners, timeout=5)
+        answered_before_write = len(done)
+        release.set()
+        first = await asyncio.wait_for(leader, 10)
+        return answered_before_write, [j.result().result for j in joiners], first
+
+    try:
+        answered, joined, first = asyncio.run(scenario())
+    finally:
+        release.set()
+    assert answered == 5, "the joiners waited for the disk write"
+    assert {r.cache for r in joined} == {"joined"}
+    assert {r.audio.pcm for r in joined} == {first.result.audio.pcm}
+    assert first.result.cache == "miss" and first.result.stored is False
+    assert len(gated_tone.calls) == 1 and len(puts) == 1
