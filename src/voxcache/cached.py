@@ -283,17 +283,18 @@ class CachedEngine:
             if pending is not None:
                 return await self._join(pending, key, started, stream, timeout)
         channel = _Channel(asyncio.get_running_loop()) if stream else None
-        pending = _Shared()
-        if shared:  # before the miss thread starts: its flight must find the joiners
+        pending = _Shared() if shared else None
+        if pending is not None:  # before the miss thread starts: its flight must find it
             self._pending[key] = pending
         try:
             future = self.admission.submit(self._serve, request, resolved_request, key, mode,
                                            started, channel or NO_PROGRESS)
         except BaseException:
-            self._forget_pending(key, pending)
+            if pending is not None:
+                self._forget_pending(key, pending)
             raise
-        pending.follow(future)
-        if shared:
+        if pending is not None:
+            pending.follow(future)
             future.add_done_callback(lambda _done: self._forget_pending(key, pending))
         if channel is None:
             return Take.whole(await _wait(future, timeout))
@@ -313,6 +314,7 @@ class CachedEngine:
             while not pending.done():
                 flight = self.flights.get(key)
                 if flight is not None:
+                    flight.add_follower()
                     return Take(key, "JOINED", "engine", self.engine.sample_rate, 1,
                                 source=_follow(flight, timeout))
                 await asyncio.sleep(FOLLOW_POLL)
@@ -352,6 +354,7 @@ class CachedEngine:
         flight = self.flights.get(key)
         if flight is not None:
             self.count("joins")
+            flight.add_follower()
             if stream:
                 return Take(key, "JOINED", "engine", self.engine.sample_rate, 1,
                             source=_follow(flight, timeout))
@@ -479,7 +482,8 @@ class CachedEngine:
         # The waiters get the take as soon as it exists, not after the write: what they are
         # given is the take itself, so a write that then fails loses them nothing.
         flight.future.set_result(Result(entry, key, "miss", "engine", seconds_since(started)))
-        if flight.followers or key in self._pending:
+        pending = self._pending.get(key)
+        if flight.followers or (pending is not None and pending.joined):
             time.sleep(HANDOFF_SECONDS)  # let the woken waiters run before the write does
         stored = self.cache.put(entry, tenant=resolved.tenant)
         self.remember(resolved, key)
@@ -526,6 +530,8 @@ class _Shared:
         self._ready = asyncio.wrap_future(self._first)
         self._ready.add_done_callback(self._release)
         self._waiters: list[asyncio.Future[Result]] = []
+        self.joined = False
+        """Whether any caller besides the one that started the miss waited on it."""
 
     def follow(self, whole: Future[Result]) -> None:
         """The whole miss, once submitted: it settles the joiners if no flight did."""
@@ -543,6 +549,7 @@ class _Shared:
             return self._ready
         waiter = self._ready.get_loop().create_future()
         self._waiters.append(waiter)
+        self.joined = True
         return waiter
 
     def _release(self, ready: asyncio.Future[Result]) -> None:

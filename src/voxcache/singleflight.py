@@ -37,6 +37,11 @@ class Flight:
         # leader lands the flight after writing it through the tiers.
         self.future.add_done_callback(lambda _done: self.close())
 
+    def add_follower(self) -> None:
+        """Count one more caller waiting on this flight (the leader hands over to them)."""
+        with self._cond:
+            self.followers += 1
+
     def publish(self, chunk: Audio) -> None:
         """Make a freshly rendered chunk visible to live followers."""
         with self._cond:
@@ -80,7 +85,7 @@ class FlightGroup:
         with self._lock:
             flight = self._flights.get(key)
             if flight is not None:
-                flight.followers += 1
+                flight.add_follower()
                 return flight, False
             flight = self._flights[key] = Flight()
             return flight, True

@@ -275,3 +275,34 @@ def test_joiners_on_the_loop_get_the_take_before_its_write(cache, gated_tone) ->
     assert {r.audio.pcm for r in joined} == {first.result.audio.pcm}
     assert first.result.cache == "miss" and first.result.stored is False
     assert len(gated_tone.calls) == 1 and len(puts) == 1
+
+
+def test_the_leader_hands_over_only_when_someone_waits(cache, gated_tone, monkeypatch) -> None:
+    """The 0.3 ms hand-over before the write is for waiters; a miss nobody joined (every
+    single request the service renders) must not pay it."""
+    import asyncio
+
+    import voxcache.cached as cached_module
+
+    slept: list[float] = []
+    real_sleep = time.sleep
+    monkeypatch.setattr(cached_module.time, "sleep",
+                        lambda seconds: (slept.append(seconds), real_sleep(seconds))[1])
+    cached = cached_module.CachedEngine(gated_tone, cache)
+    handoff = cached_module.HANDOFF_SECONDS
+
+    asyncio.run(cached.take(R("Nobody else asks for this one.")))
+    assert handoff not in slept, "a lone miss paid the hand-over"
+
+    gated_tone.gate.clear()
+    request = R("Two callers ask for this one.")
+    threads = [threading.Thread(target=cached.synthesize, args=(request,)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    key = cached.resolve_and_key(request)[1]
+    while cached.flights.get(key) is None or cached.flights.get(key).followers < 1:
+        real_sleep(0.005)
+    gated_tone.gate.set()
+    for t in threads:
+        t.join(10)
+    assert slept.count(handoff) == 1, "the leader did not hand over to its follower"
