@@ -77,8 +77,11 @@ def test_pulls_are_deltas_and_only_trusted_signers_are_imported(tmp_path, keys):
             while len(rounds) < 2 and time.monotonic() < deadline:
                 rounds.append(json.loads(scheduled.stdout.readline()))
         finally:
-            scheduled.send_signal(signal.SIGINT)
-            scheduled.wait(timeout=30)
+            # SIGTERM, as a service manager stops it (SIGINT is ignored by a job that was
+            # started in the background, as a CI runner may start the tests)
+            scheduled.send_signal(signal.SIGTERM)
+            stopped = scheduled.wait(timeout=30)
+        assert stopped == 130  # a clean stop, like Ctrl-C, not killed by the signal
         assert [r["entries"] for r in rounds] == [2, 0]  # the new ones, then nothing new
         assert set(entry_files(edge)) == set(entry_files(tmp_path / "center"))
 

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import os
 import re
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -204,6 +205,8 @@ def pull(args: argparse.Namespace) -> int:
         _read(args.api_key_file).decode().strip() if args.api_key_file else None)
     source = Source(args.url.rstrip("/"), key, _selection(args))
     settings = settings_from(args)
+    if args.every:  # a scheduled pull is stopped the way services are: SIGTERM ends it cleanly
+        signal.signal(signal.SIGTERM, _interrupted)
     while True:
         cache = _batch_cache(settings)
         started = time.monotonic()
@@ -223,6 +226,12 @@ def pull(args: argparse.Namespace) -> int:
         if not args.every:
             return code
         time.sleep(max(0.0, args.every - (time.monotonic() - started)))
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    """SIGTERM as Ctrl-C: the round in progress closes its cache and the command exits 130.
+    (SIGINT alone is not enough: a job started in the background inherits it ignored.)"""
+    raise KeyboardInterrupt
 
 
 def _batch_cache(settings: Any) -> Any:
