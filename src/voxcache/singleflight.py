@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .audio import Audio
-from .fsmode import private_dirs
+from .fsmode import FILE_MODE, private_dirs
 
 
 class Flight:
@@ -144,7 +144,8 @@ def key_lock(lock_dir: Path, key: str, wait: float, poll: float = 0.005,
 
 def _acquire(path: str, deadline: float, poll: float) -> int | None:
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        # a link planted at the lock path is refused (ELOOP: render without the lock)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -80,3 +80,28 @@ def test_a_cache_never_creates_the_file_a_planted_lock_symlink_names(tmp_path: P
     finally:
         cache.close()
     assert not target.exists()
+
+
+def test_a_symlink_planted_at_a_keys_render_lock_is_not_followed(tmp_path: Path) -> None:
+    """The per-key render lock (``singleflight.key_lock``) opened its file following links:
+    a link planted at ``locks/ab/<key>.lock`` made the cache create the file it names. Now
+    the open refuses the link, and the render goes ahead without the lock (fail open)."""
+    from voxcache.cache import Cache
+    from voxcache.cached import CachedEngine
+    from voxcache.engines.tone import ToneEngine
+    from voxcache.request import SynthesisRequest
+
+    root, target = tmp_path / "cache", tmp_path / "elsewhere.txt"
+    cache = Cache(root)
+    try:
+        cached = CachedEngine(ToneEngine(), cache)
+        request = SynthesisRequest("A lock file that is a link.")
+        key = cached.resolve_and_key(request)[1]
+        (root / "locks" / key[:2]).mkdir(parents=True, exist_ok=True)
+        (root / "locks" / key[:2] / f"{key}.lock").symlink_to(target)
+        result = cached.synthesize(request)
+        assert result.cache == "miss" and result.stored
+        assert cached.synthesize(request).cache == "hit"
+    finally:
+        cache.close()
+    assert not target.exists()
