@@ -400,11 +400,9 @@ def _set_aside(root: Path, reason: str) -> None:
                 "rendered again", reason)
 
 
-@contextlib.contextmanager
-def _folder_lock(root: Path) -> Iterator[None]:
+def _folder_lock(root: Path) -> contextlib.AbstractContextManager[None]:
     """Opening and setting aside the store, one process at a time."""
-    with locked(root / "locks" / LOCK):
-        yield
+    return locked(root / "locks" / LOCK)
 
 
 def _inode_of(folder: Path) -> int:

@@ -37,7 +37,6 @@ import socket
 import stat
 import threading
 import weakref
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -192,12 +191,10 @@ def finish_walk(root: Path, state: StartState) -> None:
     os.close(fd)
 
 
-@contextlib.contextmanager
-def walk_lock(root: Path) -> Iterator[None]:
+def walk_lock(root: Path) -> contextlib.AbstractContextManager[None]:
     """Hold ``locks/walk.lock``: one walk at a time per folder (the kernel drops it if the
     walker dies)."""
-    with locked(root / "locks" / WALK_LOCK):
-        yield
+    return locked(root / "locks" / WALK_LOCK)
 
 
 def _records(folder: Path) -> list[Path]:
