@@ -126,7 +126,7 @@ def test_a_kill_makes_the_next_start_walk_and_repair(cache_dir, walks):
     assert walks[0] == 1
     assert cache.disk.walk_reason is not None and "did not close" in cache.disk.walk_reason
     assert indexed(cache, key) and indexed(cache, holder.key)
-    assert cache.stats()["counters"].get("folder_walks") == 2  # the new folder's, and this
+    assert cache.stats()["counters"].get("folder_walks") == 1  # a new folder is not walked
     cache.close()
     walks[0] = 0
     start(cache_dir).close()  # the walk cleared the dead record
@@ -162,6 +162,107 @@ def test_a_live_process_alone_does_not_make_a_start_walk(cache_dir, walks):
         cache.close()
     finally:
         other.close()
+
+
+@pytest.mark.parametrize("made", [False, True], ids=["missing", "empty"])
+def test_a_new_folder_is_not_walked(cache_dir, walks, made):
+    """Nothing to reconcile in a folder that held nothing; a walk there would only race
+    the first writes (the CI failure of stop 17: a walk re-indexed an entry the collector
+    had just removed)."""
+    if made:
+        cache_dir.mkdir()
+    cache = start(cache_dir)
+    assert walks[0] == 0 and cache.disk.walk_reason is None
+    cache.put(entry(8))
+    cache.close()
+    again = start(cache_dir)  # and it counts as checked from then on
+    assert walks[0] == 0 and again.get(entry(8).header.key) is not None
+    again.close()
+
+
+def test_a_folder_with_anything_in_it_is_not_new(cache_dir, walks):
+    """An index left without its records (or any other content) is walked, not trusted."""
+    key = plant_unindexed(cache_dir, 9)
+    cache = start(cache_dir)
+    assert walks[0] >= 1 and indexed(cache, key) and cache.disk.walk_reason is not None
+    cache.close()
+
+
+def test_a_walk_never_indexes_an_entry_deleted_while_it_ran(cache_dir, monkeypatch):
+    """A walk that lists the folder between a delete's two steps must not leave a row
+    for the file that delete removes: the entry goes first, then its row."""
+    cache = start(cache_dir)
+    cache.put(entry(10))
+    key = entry(10).header.key
+    index = cache.disk.index
+    remove = index.remove
+
+    def remove_then_walk(keys, wait=None):
+        removed = remove(keys, wait)
+        lifecycle.reconcile(cache_dir, index)  # a walk in between the two steps
+        return removed
+
+    monkeypatch.setattr(index, "remove", remove_then_walk)
+    assert cache.disk.delete(key)
+    monkeypatch.undo()
+    assert not indexed(cache, key) and index.totals() == (0, 0)
+    cache.close()
+
+
+def test_a_walk_skips_an_entry_removed_after_it_verified_it(cache_dir, monkeypatch):
+    """Between verifying a file and writing its row, the walk yields to a delete: the
+    row is not written, since the entry is confirmed under the index's write lock."""
+    cache = start(cache_dir)
+    e = entry(11)
+    key = plant_unindexed(cache_dir, 11)
+    verify = lifecycle._row_of_file
+
+    def verify_then_delete(root, index, k, path):
+        row = verify(root, index, k, path)
+        cache.disk.delete(k)
+        return row
+
+    monkeypatch.setattr(lifecycle, "_row_of_file", verify_then_delete)
+    report = lifecycle.reconcile(cache_dir, cache.disk.index)
+    assert report["added"] == 0 and not indexed(cache, key) and e.header.key == key
+    assert cache.disk.index.totals() == (0, 0)
+    cache.close()
+
+
+@pytest.mark.parametrize("remover", ["expiry", "eviction"])
+def test_a_walk_racing_the_collector_leaves_no_row_without_a_file(cache_dir, monkeypatch,
+                                                                   remover):
+    """The collector drops rows and then their files; a walk run by another thread in
+    between (made to happen exactly there) must not re-index a file about to go. The
+    collector removes the files under the index's write lock, so the walk waits for it."""
+    import threading
+
+    cache = start(cache_dir)
+    doomed = (audio_entry(f"{12:064x}", Audio(bytes(300), 16000), ttl=0.001, now=0.0)
+              if remover == "expiry" else entry(13))
+    cache.put(doomed)
+    key = doomed.header.key
+    walker = threading.Thread(target=lifecycle.reconcile, args=(cache_dir, cache.disk.index))
+    real_entry_path = lifecycle.entry_path
+
+    def walk_first(root, k, kind):
+        if k == key and not walker.is_alive() and walker.ident is None:
+            walker.start()
+            walker.join(1.0)  # the old code: the walk ran to its end here
+        return real_entry_path(root, k, kind)
+
+    monkeypatch.setattr(lifecycle, "entry_path", walk_first)
+    if remover == "expiry":
+        assert cache.gc()["expired"] == 1
+    else:
+        limits = lifecycle.Limits(max_entries=0)
+        assert lifecycle.enforce(cache_dir, cache.disk.index, limits)["count"] == 1
+    walker.join(30)
+    monkeypatch.undo()
+    assert walker.ident is not None and not walker.is_alive()
+    assert not real_entry_path(cache_dir, key, "audio").exists()
+    assert cache.disk.index.rows() == [] and cache.disk.index.totals() == (0, 0)
+    cache.close()
 
 
 def test_a_folder_from_before_session_records_is_walked_once(cache_dir, walks):

@@ -100,7 +100,7 @@ class DiskTier:
             if self._inline is not None and self._inline.set_aside is not None:
                 sessions.mark_unchecked(self.root)  # its entries' rows must go: walk
                 self.start_state = sessions.start_state(self.root)
-            self.index = _open_index(self.root)
+            self.index = _open_index(self.root, rebuild_missing=not self.start_state.new)
         except BaseException:
             if self._inline is not None:
                 release_inline(self._inline)
@@ -418,22 +418,26 @@ class DiskTier:
         return True
 
     def delete(self, key: str, kind: str = "audio") -> bool:
-        """Remove an entry's row, then its file (row first: a reader may still hit the file)."""
-        self._indexed("delete", lambda: self.index.remove([key], REQUEST_WAIT), 0)
+        """Remove an entry, then its row. Entry first: a folder walk running meanwhile
+        either still finds the row (and leaves it to this) or no longer finds the entry;
+        row first would let it index the file this is about to unlink. A row still waiting
+        to be written (deferred) is forgotten before anything else, for the same reason."""
         with self._pending_lock:
             self._deferred = collections.deque((r for r in self._deferred if r.key != key),
                                                maxlen=MAX_DEFERRED_ROWS)
         with contextlib.suppress(OSError):
             write_pin(self.root, key, False, None)
-        dropped = self._drop_record(key, kind)
+        removed = self._drop_record(key, kind)
         try:
             entry_path(self.root, key, kind).unlink()
-            return True
+            removed = True
         except FileNotFoundError:
-            return dropped
+            pass
         except IsADirectoryError:
             self.quarantine(key, kind, "a folder at an entry path")
-            return True
+            removed = True
+        self._indexed("delete", lambda: self.index.remove([key], REQUEST_WAIT), 0)
+        return removed
 
     def _drop_record(self, key: str, kind: str) -> bool:
         if self._inline is None or kind in FILE_KINDS:
@@ -636,8 +640,9 @@ def _prepare_root(root: Path) -> None:
         ) from None
 
 
-def _open_index(root: Path) -> Index:
-    """Open the index, rebuilding it from the files when it is missing or unreadable."""
+def _open_index(root: Path, rebuild_missing: bool = True) -> Index:
+    """Open the index, rebuilding it from the files when it is unreadable, or missing from
+    a folder that holds something (``rebuild_missing``)."""
     path = root / "index.sqlite3"
     existed = path.exists()
     try:
@@ -655,7 +660,7 @@ def _open_index(root: Path) -> Index:
         return _index_in_memory(root, path, exc)
     except sqlite3.DatabaseError as exc:
         return _rebuilt(root, path, exc)
-    if not existed:
+    if not existed and rebuild_missing:
         rebuild_index(root, index)
     return index
 

@@ -19,7 +19,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -270,7 +270,8 @@ class Index:
         """Insert a row unless the key holds one at least as new; True if inserted."""
         return self.add_many([row], wait) == 1
 
-    def add_many(self, rows: Iterable[IndexRow], wait: float | None = None) -> int:
+    def add_many(self, rows: Iterable[IndexRow], wait: float | None = None,
+                 stored: Callable[[IndexRow], bool] | None = None) -> int:
         """Insert rows in one transaction; return how many went in.
 
         A row replaces the key's row only when it describes a newer take (an expired
@@ -279,10 +280,17 @@ class Index:
 
         A key evicted not long ago comes back with its ghost's score plus this ask; any
         other enters on probation (``eviction.score``).
+
+        ``stored(row)`` is asked under the write lock, and a row whose entry is no longer
+        stored is skipped: the folder walk indexes what it found earlier, and every
+        remover takes the entry away before its row or while holding this lock, so an
+        entry removed meanwhile can never come back as a row without a file.
         """
         added = 0
         with self.transaction(wait) as db:
             for r in rows:
+                if stored is not None and not stored(r):
+                    continue
                 db.execute("DELETE FROM entries WHERE key = ? AND created < ?",
                            (r.key, r.created))
                 clock, ghost = db.execute(_CLOCK_AND_GHOST, (r.key,)).fetchone()
@@ -328,8 +336,10 @@ class Index:
             )
 
     def evict(self, rows: list[IndexRow], cap: float, by_size: bool,
-              wait: float | None = None) -> list[IndexRow]:
-        """Delete victims' rows in one transaction; return the rows really deleted.
+              remove_entry: Callable[[IndexRow], None], wait: float | None = None) -> int:
+        """Delete victims' rows and, still holding the write lock, their entries
+        (``remove_entry``, so that a folder walk cannot index one in between); return how
+        many rows were really deleted.
 
         Each leaves a ghost (its key and score) and the clock advances by what they freed
         of ``cap`` (bytes, or entries when ``by_size`` is false); ghosts beyond
@@ -342,13 +352,14 @@ class Index:
                            "SELECT key, score FROM entries WHERE key = ?", (row.key,))
                 if db.execute("DELETE FROM entries WHERE key = ?", (row.key,)).rowcount:
                     gone.append(row)
+                    remove_entry(row)
             freed = sum(row.size for row in gone) if by_size else len(gone)
             db.execute("UPDATE policy SET value = ? WHERE name = 'clock'",
                        (advance(_clock(db), freed, cap),))
             db.execute("DELETE FROM ghosts WHERE seq <= (SELECT max(seq) FROM ghosts) - ? * "
                        "(SELECT value FROM counters WHERE name = 'disk_entries')",
                        (GHOSTS_PER_ENTRY,))
-        return gone
+        return len(gone)
 
     def add_counters(self, deltas: dict[str, int]) -> None:
         """Add to persisted counters (hits, misses, evictions by reason …)."""

@@ -1,9 +1,11 @@
 """Keeping the disk tier healthy: caps, TTL, pins, stale temp files, index rebuilds.
 
 These run offline (``voxcache gc``), after writes that push the tier over its
-cap, and once at start in the background. Rows are deleted before files, so a
-concurrent reader either finds the file (and serves a valid entry) or does not
-(a miss) — never half of one.
+cap, and once at start in the background. A reader never sees half an entry (files
+are published and removed whole); the index never keeps a row for an entry that is
+gone, because the walk confirms each entry under the index's write lock before it
+adds its row, and every remover takes the entry away before its row or under that
+same lock.
 """
 
 from __future__ import annotations
@@ -114,7 +116,9 @@ def _unpin_lapsed(root: Path, index: Index, now: float) -> None:
 def _drop(root: Path, index: Index, rows: list[IndexRow],
           still_expired_at: float | None = None,
           evicting: tuple[int, bool] | None = None) -> int:
-    """Delete rows, then the files of the rows that were really deleted.
+    """Delete rows and, under the same write lock, the entries of the rows that were
+    really deleted (a folder walk confirms an entry under that lock before indexing it,
+    so it never sees the entry of a row dropped here).
 
     With ``still_expired_at`` a row goes only if its take is still expired: a writer may
     have re-rendered the key meanwhile (a newer row), and its fresh file must stay.
@@ -124,23 +128,26 @@ def _drop(root: Path, index: Index, rows: list[IndexRow],
     if not rows:
         return 0
     if evicting is not None:
-        gone = index.evict(rows, *evicting)
-    else:
-        gone = []
-        with index.transaction() as db:
-            for row in rows:
-                if db.execute("DELETE FROM entries WHERE key = ? AND expires <= ?",
-                              (row.key, still_expired_at)).rowcount:
-                    gone.append(row)
-    for row in gone:
-        path = entry_path(root, row.key, row.kind)
-        if still_expired_at is not None and not _file_expired(path, row.key, still_expired_at):
-            continue
-        with contextlib.suppress(FileNotFoundError):
+        return index.evict(rows, *evicting, remove_entry=lambda row: _remove_entry(root, row))
+    gone = 0
+    with index.transaction() as db:
+        for row in rows:
+            if db.execute("DELETE FROM entries WHERE key = ? AND expires <= ?",
+                          (row.key, still_expired_at)).rowcount:
+                gone += 1
+                _remove_entry(root, row, still_expired_at)
+    return gone
+
+
+def _remove_entry(root: Path, row: IndexRow, still_expired_at: float | None = None) -> None:
+    """Remove a dropped row's file or inline record (never raises: the row is gone either
+    way, and a file left behind is only uncounted bytes until the next walk)."""
+    path = entry_path(root, row.key, row.kind)
+    if still_expired_at is None or _file_expired(path, row.key, still_expired_at):
+        with contextlib.suppress(OSError):
             path.unlink()
-        if inline.eligible(row.kind, row.size):  # small entries live in the inline store
-            inline.drop_record(root, row.key, row.kind, still_expired_at)
-    return len(gone)
+    if inline.eligible(row.kind, row.size):  # small entries live in the inline store
+        inline.drop_record(root, row.key, row.kind, still_expired_at)
 
 
 def _file_expired(path: Path, key: str, now: float) -> bool:
@@ -232,6 +239,13 @@ def reconcile(root: Path, index: Index,
     files = _stored_files(root)
     with inline.opened(root) as store:
         records = _stored_records(store)
+
+        def still_stored(row: IndexRow) -> bool:
+            """Asked under the write lock: an entry removed since it was verified stays out."""
+            if row.key in files:
+                return os.path.lexists(files[row.key])
+            return store is not None and store.get(records[row.key]) is not None
+
         stale = indexed - set(files) - set(records)
         if stale:
             index.remove(stale)
@@ -248,9 +262,9 @@ def reconcile(root: Path, index: Index,
                 continue
             batch.append(row)
             if len(batch) >= BATCH:
-                added += index.add_many(batch)
+                added += index.add_many(batch, stored=still_stored)
                 batch = []
-    added += index.add_many(batch) if batch else 0
+        added += index.add_many(batch, stored=still_stored) if batch else 0
     if progress is not None:
         progress(len(unindexed), len(unindexed))
     return {"added": added, "dropped": len(stale), "quarantined": quarantined,

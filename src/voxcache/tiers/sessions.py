@@ -64,6 +64,8 @@ class StartState:
     """Records of processes that did not close cleanly: removed once a walk has finished."""
     rebooted: bool = False
     """A record from before the last boot: the machine went down with the folder in use."""
+    new: bool = False
+    """The folder was missing or empty: there is nothing in it to reconcile."""
 
 
 @dataclass
@@ -129,8 +131,11 @@ _LIVE_LOCK = threading.Lock()
 def begin(root: Path) -> tuple[Session, StartState]:
     """Read the other processes' records, then write this process's own.
 
-    The state is read first, so this process's record never counts against it."""
+    The state is read first, so this process's record never counts against it. A folder
+    that was missing or empty has nothing to reconcile: it is marked checked at once (a
+    walk would only race this process's first writes)."""
     folder = root / FOLDER
+    new_folder = _missing_or_empty(root)
     identity = _Identity.of_this_process()
     try:
         private_dirs(folder)
@@ -141,6 +146,10 @@ def begin(root: Path) -> tuple[Session, StartState]:
     if session.path is None:  # cannot vouch for this session: make the next start walk
         with contextlib.suppress(OSError):
             os.unlink(folder / WALKED)
+    elif new_folder:
+        with contextlib.suppress(OSError):
+            finish_walk(root, state)
+            state = StartState(None, new=True)
     with _LIVE_LOCK:
         _LIVE.add(session)
     return session, state
@@ -172,6 +181,16 @@ def start_state(root: Path, because: str | None = None) -> StartState:
     else:
         reason = because
     return StartState(reason, tuple(dead), rebooted)
+
+
+def _missing_or_empty(root: Path) -> bool:
+    try:
+        with os.scandir(root) as entries:
+            return next(entries, None) is None
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # not a folder we can read: the disk tier says why
 
 
 def mark_unchecked(root: Path) -> None:
