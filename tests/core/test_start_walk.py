@@ -23,7 +23,7 @@ import pytest
 
 from voxcache.audio import Audio
 from voxcache.cache import Cache
-from voxcache.entry import audio_entry
+from voxcache.entry import audio_entry, blob_entry
 from voxcache.tiers import lifecycle
 from voxcache.tiers.layout import entry_path
 
@@ -31,7 +31,7 @@ HOLDER = textwrap.dedent("""
     import sys, time
     from voxcache.audio import Audio
     from voxcache.cache import Cache
-    from voxcache.entry import audio_entry
+    from voxcache.entry import audio_entry, blob_entry
     cache = Cache(sys.argv[1])
     cache.disk.startup_check.join()
     key = sys.argv[2]
@@ -188,12 +188,22 @@ def test_a_folder_with_anything_in_it_is_not_new(cache_dir, walks):
     cache.close()
 
 
-def test_a_walk_never_indexes_an_entry_deleted_while_it_ran(cache_dir, monkeypatch):
+def stored_as(i: int, where: str):
+    """A take stored as a file, or a small artifact stored as an inline record."""
+    if where == "file":
+        return entry(i)
+    return blob_entry(f"{i:064x}", "encoded", bytes([i]) * 300, "audio/mpeg")
+
+
+@pytest.mark.parametrize("where", ["file", "inline"])
+def test_a_walk_never_indexes_an_entry_deleted_while_it_ran(cache_dir, monkeypatch, where):
     """A walk that lists the folder between a delete's two steps must not leave a row
-    for the file that delete removes: the entry goes first, then its row."""
+    for the entry that delete removes: the entry goes first, then its row."""
     cache = start(cache_dir)
-    cache.put(entry(10))
-    key = entry(10).header.key
+    e = stored_as(10, where)
+    cache.put(e)
+    key, kind = e.header.key, e.header.kind
+    assert (entry_path(cache_dir, key, kind).exists()) == (where == "file")
     index = cache.disk.index
     remove = index.remove
 
@@ -203,7 +213,7 @@ def test_a_walk_never_indexes_an_entry_deleted_while_it_ran(cache_dir, monkeypat
         return removed
 
     monkeypatch.setattr(index, "remove", remove_then_walk)
-    assert cache.disk.delete(key)
+    assert cache.disk.delete(key, kind)
     monkeypatch.undo()
     assert not indexed(cache, key) and index.totals() == (0, 0)
     cache.close()
@@ -229,24 +239,25 @@ def test_a_walk_skips_an_entry_removed_after_it_verified_it(cache_dir, monkeypat
     cache.close()
 
 
-@pytest.mark.parametrize("remover", ["expiry", "eviction"])
-def test_a_walk_racing_the_collector_leaves_no_row_without_a_file(cache_dir, monkeypatch,
-                                                                   remover):
-    """The collector drops rows and then their files; a walk run by another thread in
-    between (made to happen exactly there) must not re-index a file about to go. The
-    collector removes the files under the index's write lock, so the walk waits for it."""
+@pytest.mark.parametrize(("remover", "where"), [("expiry", "file"), ("eviction", "file"),
+                                                ("eviction", "inline")])
+def test_a_walk_racing_the_collector_leaves_no_row_without_an_entry(cache_dir, monkeypatch,
+                                                                    remover, where):
+    """The collector drops rows and then their entries; a walk run by another thread in
+    between (made to happen exactly there) must not re-index an entry about to go. The
+    collector removes the entries under the index's write lock, so the walk waits for it."""
     import threading
 
     cache = start(cache_dir)
     doomed = (audio_entry(f"{12:064x}", Audio(bytes(300), 16000), ttl=0.001, now=0.0)
-              if remover == "expiry" else entry(13))
+              if remover == "expiry" else stored_as(13, where))
     cache.put(doomed)
-    key = doomed.header.key
+    key, kind = doomed.header.key, doomed.header.kind
     walker = threading.Thread(target=lifecycle.reconcile, args=(cache_dir, cache.disk.index))
     real_entry_path = lifecycle.entry_path
 
     def walk_first(root, k, kind):
-        if k == key and not walker.is_alive() and walker.ident is None:
+        if k == key and walker.ident is None:
             walker.start()
             walker.join(1.0)  # the old code: the walk ran to its end here
         return real_entry_path(root, k, kind)
@@ -260,7 +271,8 @@ def test_a_walk_racing_the_collector_leaves_no_row_without_a_file(cache_dir, mon
     walker.join(30)
     monkeypatch.undo()
     assert walker.ident is not None and not walker.is_alive()
-    assert not real_entry_path(cache_dir, key, "audio").exists()
+    cache.memory.clear()
+    assert cache.disk.get(key, kind) is None
     assert cache.disk.index.rows() == [] and cache.disk.index.totals() == (0, 0)
     cache.close()
 

@@ -244,7 +244,10 @@ def reconcile(root: Path, index: Index,
             """Asked under the write lock: an entry removed since it was verified stays out."""
             if row.key in files:
                 return os.path.lexists(files[row.key])
-            return store is not None and store.get(records[row.key]) is not None
+            try:
+                return store is not None and store.has(records[row.key])
+            except (inline.InlineDamaged, inline.InlineUnavailable):
+                return False  # unreadable now: the next walk decides
 
         stale = indexed - set(files) - set(records)
         if stale:
