@@ -239,6 +239,54 @@ def test_a_walk_skips_an_entry_removed_after_it_verified_it(cache_dir, monkeypat
     cache.close()
 
 
+@pytest.mark.parametrize("where", ["file", "inline"])
+def test_a_purge_between_a_write_and_its_row_leaves_no_row(cache_dir, monkeypatch, where):
+    """Another process purges a key after this one published the take but before its row
+    went in (that purge found no row to drop): the row must not go in for a take that is
+    gone."""
+    cache = start(cache_dir)
+    other = start(cache_dir)  # the purging process's view of the same folder
+    e = stored_as(15, where)
+    key, kind = e.header.key, e.header.kind
+    add = cache.disk.index.add
+
+    def purged_first(row, *args, **kwargs):
+        assert other.disk.delete(key, kind)
+        return add(row, *args, **kwargs)
+
+    monkeypatch.setattr(cache.disk.index, "add", purged_first)
+    cache.disk.put(e)
+    monkeypatch.undo()
+    assert cache.disk.get(key, kind) is None
+    assert cache.disk.index.rows() == [] and cache.disk.index.totals() == (0, 0)
+    other.close()
+    cache.close()
+
+
+@pytest.mark.parametrize("where", ["file", "inline"])
+def test_a_deferred_row_of_an_entry_removed_meanwhile_is_dropped(cache_dir, monkeypatch,
+                                                                 where):
+    """A row deferred because the index was locked is written by the flusher later; if
+    the entry was removed in between (here by another process), the row is not written."""
+    cache = start(cache_dir)
+    other = start(cache_dir)
+    e = stored_as(16, where)
+    key, kind = e.header.key, e.header.kind
+
+    def locked(*args, **kwargs):
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(cache.disk.index, "add", locked)
+    cache.disk.put(e)
+    monkeypatch.undo()
+    assert not indexed(cache, key)  # deferred
+    other.disk.delete(key, kind)
+    cache.disk.flush()
+    assert cache.disk.index.rows() == [] and cache.disk.index.totals() == (0, 0)
+    other.close()
+    cache.close()
+
+
 @pytest.mark.parametrize(("remover", "where"), [("expiry", "file"), ("eviction", "file"),
                                                 ("eviction", "inline")])
 def test_a_walk_racing_the_collector_leaves_no_row_without_an_entry(cache_dir, monkeypatch,

@@ -307,7 +307,7 @@ class DiskTier:
             voice=str(meta.get("voice") or ""), text=str(meta.get("text", ""))[:200],
             parent=str(meta.get("parent") or ""), cost=take_seconds(meta))
         try:
-            self.index.add(row, REQUEST_WAIT)
+            self.index.add(row, REQUEST_WAIT, self._still_stored)
         except sqlite3.Error as exc:
             self._index_fault("write", exc)
             with self._pending_lock:
@@ -315,6 +315,19 @@ class DiskTier:
         if pinned:
             self._write_pin(header.key, True, pin_until)
         return True
+
+    def _still_stored(self, row: IndexRow) -> bool:
+        """Whether ``row``'s entry is stored now; asked under the index's write lock before
+        the row goes in, so a take removed since it was written (a purge from another
+        process, a quarantine while its row waited) leaves no row behind (~2 µs)."""
+        store = self._inline
+        if store is not None and row.kind not in FILE_KINDS:
+            try:
+                if store.has(_hit_record_name(row.key, row.kind)):
+                    return True
+            except (InlineDamaged, InlineUnavailable):
+                pass  # the file check still answers for a take stored as a file
+        return os.path.lexists(entry_file(self._objects, row.key, row.kind))
 
     def _store(self, path: str, entry: Entry) -> str:
         """Publish inline (a small entry of a kind that may be) or as a file: ``new``,
@@ -581,7 +594,7 @@ class DiskTier:
             self._deferred_pins = {}
         try:
             if deferred:
-                self.index.add_many(deferred)
+                self.index.add_many(deferred, stored=self._still_stored)
             for key, (pinned, until) in pins.items():
                 self.index.set_pin(key, pinned, until)
             if pending:

@@ -266,9 +266,11 @@ class Index:
         self._waiting(db, wait)
         return db.execute(sql, tuple(args)).fetchall()
 
-    def add(self, row: IndexRow, wait: float | None = None) -> bool:
-        """Insert a row unless the key holds one at least as new; True if inserted."""
-        return self.add_many([row], wait) == 1
+    def add(self, row: IndexRow, wait: float | None = None,
+            stored: Callable[[IndexRow], bool] | None = None) -> bool:
+        """Insert a row unless the key holds one at least as new (or, with ``stored``, its
+        entry is gone: see ``add_many``); True if inserted."""
+        return self.add_many([row], wait, stored) == 1
 
     def add_many(self, rows: Iterable[IndexRow], wait: float | None = None,
                  stored: Callable[[IndexRow], bool] | None = None) -> int:
@@ -282,9 +284,9 @@ class Index:
         other enters on probation (``eviction.score``).
 
         ``stored(row)`` is asked under the write lock, and a row whose entry is no longer
-        stored is skipped: the folder walk indexes what it found earlier, and every
-        remover takes the entry away before its row or while holding this lock, so an
-        entry removed meanwhile can never come back as a row without a file.
+        stored is skipped. Every remover takes the entry away before its row or while
+        holding this lock, so a row added this way (a writer's, a deferred one, the folder
+        walk's) can never outlive its entry, whatever ran in between.
         """
         added = 0
         with self.transaction(wait) as db:
