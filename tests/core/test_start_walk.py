@@ -24,7 +24,7 @@ import pytest
 from voxcache.audio import Audio
 from voxcache.cache import Cache
 from voxcache.entry import audio_entry, blob_entry
-from voxcache.tiers import lifecycle
+from voxcache.tiers import inline, lifecycle
 from voxcache.tiers.layout import entry_path
 
 HOLDER = textwrap.dedent("""
@@ -236,6 +236,35 @@ def test_a_walk_skips_an_entry_removed_after_it_verified_it(cache_dir, monkeypat
     report = lifecycle.reconcile(cache_dir, cache.disk.index)
     assert report["added"] == 0 and not indexed(cache, key) and e.header.key == key
     assert cache.disk.index.totals() == (0, 0)
+    cache.close()
+
+
+@pytest.mark.parametrize("where", ["file", "inline"])
+def test_a_walk_keeps_the_row_of_an_entry_stored_again_after_it_listed(cache_dir,
+                                                                       monkeypatch, where):
+    """The walk finds a row without its entry (stale), but a writer stores that key again
+    between the walk's listing and its clean-up: the row must stay, or the take is served
+    by key while the index (which purges by voice and tenant read) has forgotten it."""
+    cache = start(cache_dir)
+    e = stored_as(17, where)
+    key, kind = e.header.key, e.header.kind
+    cache.disk.put(e)
+    if where == "file":  # the entry goes behind the index's back: its row is now stale
+        entry_path(cache_dir, key, kind).unlink()
+    else:
+        assert inline.drop_record(cache_dir, key, kind)
+    listing = lifecycle._stored_records  # listed after the files: the walk's last look
+
+    def listed_then_stored_again(store):
+        found = listing(store)
+        assert cache.disk.put(e)
+        return found
+
+    monkeypatch.setattr(lifecycle, "_stored_records", listed_then_stored_again)
+    report = lifecycle.reconcile(cache_dir, cache.disk.index)
+    monkeypatch.undo()
+    assert report["dropped"] == 0
+    assert indexed(cache, key) and cache.disk.get(key, kind) is not None
     cache.close()
 
 

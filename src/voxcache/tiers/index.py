@@ -320,11 +320,13 @@ class Index:
         return [(k, kind) for k, kind in self.query(
             "SELECT key, kind FROM entries WHERE parent = ?", (key,), wait)]
 
-    def remove(self, keys: Iterable[str], wait: float | None = None) -> int:
-        """Delete rows; return how many existed."""
+    def remove(self, keys: Iterable[str], wait: float | None = None,
+               unless: Callable[[str], bool] | None = None) -> int:
+        """Delete rows; return how many went. ``unless(key)``, asked under the write lock,
+        keeps a row (the walk's check that an entry it missed was not stored again since)."""
         with self.transaction(wait) as db:
             return sum(db.execute("DELETE FROM entries WHERE key = ?", (k,)).rowcount
-                       for k in keys)
+                       for k in keys if unless is None or not unless(k))
 
     def record_access(self, accesses: dict[str, tuple[int, float]]) -> None:
         """Apply a batch of (hit count, last access) per key in one transaction: the hits

@@ -235,26 +235,35 @@ def reconcile(root: Path, index: Index,
     (a rebuilt index verifies every entry: minutes for a large folder)."""
     # Index first, storage second: a writer publishes its file (or record) before its row,
     # so a row that appears between the two reads always has its entry in the walk.
-    indexed = {row[0] for row in index.query("SELECT key FROM entries")}
+    indexed: dict[str, str] = dict(index.query("SELECT key, kind FROM entries"))
     files = _stored_files(root)
     with inline.opened(root) as store:
         records = _stored_records(store)
 
-        def still_stored(row: IndexRow) -> bool:
-            """Asked under the write lock: an entry removed since it was verified stays out."""
-            if row.key in files:
-                return os.path.lexists(files[row.key])
+        def has_record(name: bytes) -> bool:
             try:
-                return store is not None and store.has(records[row.key])
+                return store is not None and store.has(name)
             except (inline.InlineDamaged, inline.InlineUnavailable):
                 return False  # unreadable now: the next walk decides
 
-        stale = indexed - set(files) - set(records)
-        if stale:
-            index.remove(stale)
+        # Both checks run under the index's write lock, so what the walk saw earlier cannot
+        # undo what a writer or a remover did since: an entry removed since it was verified
+        # gets no row, and a row whose entry was stored again since the listing stays.
+        def still_stored(row: IndexRow) -> bool:
+            if row.key in files:
+                return os.path.lexists(files[row.key])
+            return has_record(records[row.key])
+
+        def stored_again(key: str) -> bool:
+            kind = indexed[key]
+            return (os.path.lexists(entry_path(root, key, kind))
+                    or has_record(inline.record_name(key, kind)))
+
+        stale = set(indexed) - set(files) - set(records)
+        dropped = index.remove(stale, unless=stored_again) if stale else 0
         added = quarantined = 0
         batch: list[IndexRow] = []
-        unindexed = (set(files) | set(records)) - indexed
+        unindexed = (set(files) | set(records)) - indexed.keys()
         for done, key in enumerate(unindexed):
             if progress is not None:
                 progress(done, len(unindexed))
@@ -270,7 +279,7 @@ def reconcile(root: Path, index: Index,
         added += index.add_many(batch, stored=still_stored) if batch else 0
     if progress is not None:
         progress(len(unindexed), len(unindexed))
-    return {"added": added, "dropped": len(stale), "quarantined": quarantined,
+    return {"added": added, "dropped": dropped, "quarantined": quarantined,
             "temp_removed": sweep_temp_files(root), "locks_removed": sweep_lock_files(root)}
 
 
