@@ -268,6 +268,21 @@ def test_a_walk_keeps_the_row_of_an_entry_stored_again_after_it_listed(cache_dir
     cache.close()
 
 
+def test_a_planted_row_that_names_no_key_is_dropped_by_the_walk(cache_dir):
+    """A row whose key is not hex (planted in the index by hand) names nothing stored: the
+    walk drops it rather than failing on it."""
+    from voxcache.tiers.index import IndexRow
+
+    cache = start(cache_dir)
+    planted = IndexRow(key="../not-a-key", kind="audio", size=1, created=1.0, expires=None,
+                       last_access=1.0, hits=0, pinned=False, pin_until=None, tenant="",
+                       engine="", model="", voice="", text="")
+    assert cache.disk.index.add_many([planted]) == 1
+    report = lifecycle.reconcile(cache_dir, cache.disk.index)
+    assert report["dropped"] == 1 and cache.disk.index.rows() == []
+    cache.close()
+
+
 @pytest.mark.parametrize("where", ["file", "inline"])
 def test_a_purge_between_a_write_and_its_row_leaves_no_row(cache_dir, monkeypatch, where):
     """Another process purges a key after this one published the take but before its row

@@ -256,8 +256,11 @@ def reconcile(root: Path, index: Index,
 
         def stored_again(key: str) -> bool:
             kind = indexed[key]
-            return (os.path.lexists(entry_path(root, key, kind))
-                    or has_record(inline.record_name(key, kind)))
+            try:
+                name = inline.record_name(key, kind)
+            except ValueError:  # not a key voxcache wrote: nothing can be stored under it
+                return False
+            return os.path.lexists(entry_path(root, key, kind)) or has_record(name)
 
         stale = set(indexed) - set(files) - set(records)
         dropped = index.remove(stale, unless=stored_again) if stale else 0
