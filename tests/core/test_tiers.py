@@ -198,6 +198,37 @@ def test_gc_removes_expired_entries(cache_dir):
     cache.close()
 
 
+def test_gc_drops_many_expired_entries_a_batch_per_write_lock(cache_dir, monkeypatch):
+    """Expired entries are removed under the index's write lock (so a walk cannot index
+    one in between); the lock is taken a batch at a time, so 600 expired files never
+    stall every other writer for the whole sweep."""
+    from voxcache.tiers import lifecycle
+
+    cache = Cache(cache_dir)
+    for i in range(600):
+        cache.put(entry(1000 + i, ttl=0.001, now=0.0))
+    holds: list[int] = []
+    transaction = cache.disk.index.transaction
+
+    def counted(*args, **kwargs):
+        holds.append(0)
+        return transaction(*args, **kwargs)
+
+    removed = lifecycle._remove_entry
+
+    def remove(*args, **kwargs):
+        holds[-1] += 1
+        return removed(*args, **kwargs)
+
+    monkeypatch.setattr(cache.disk.index, "transaction", counted)
+    monkeypatch.setattr(lifecycle, "_remove_entry", remove)
+    assert cache.gc()["expired"] == 600
+    monkeypatch.undo()
+    assert sum(holds) == 600 and max(holds) <= lifecycle.BATCH
+    assert cache.disk.index.totals() == (0, 0)
+    cache.close()
+
+
 def test_pinned_with_ttl_becomes_evictable_after_it(cache_dir):
     one = entry(0).size
     cache = Cache(cache_dir, CacheConfig(disk_max_bytes=3 * one))

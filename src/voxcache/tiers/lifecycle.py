@@ -130,12 +130,13 @@ def _drop(root: Path, index: Index, rows: list[IndexRow],
     if evicting is not None:
         return index.evict(rows, *evicting, remove_entry=lambda row: _remove_entry(root, row))
     gone = 0
-    with index.transaction() as db:
-        for row in rows:
-            if db.execute("DELETE FROM entries WHERE key = ? AND expires <= ?",
-                          (row.key, still_expired_at)).rowcount:
-                gone += 1
-                _remove_entry(root, row, still_expired_at)
+    for start in range(0, len(rows), BATCH):  # the write lock is held one batch at a time
+        with index.transaction() as db:
+            for row in rows[start:start + BATCH]:
+                if db.execute("DELETE FROM entries WHERE key = ? AND expires <= ?",
+                              (row.key, still_expired_at)).rowcount:
+                    gone += 1
+                    _remove_entry(root, row, still_expired_at)
     return gone
 
 
