@@ -244,7 +244,7 @@ def test_joiners_on_the_loop_get_the_take_before_its_write(cache, gated_tone) ->
 
     def slow_failing_put(entry, **kwargs):
         puts.append(entry.header.key)
-        release.wait(10)  # the disk write is slow ...
+        release.wait(30)  # the disk write is slow ...
         return False  # ... and then fails (a full disk)
 
     cache.put = slow_failing_put  # type: ignore[method-assign]
@@ -252,28 +252,35 @@ def test_joiners_on_the_loop_get_the_take_before_its_write(cache, gated_tone) ->
     gated_tone.gate.clear()
 
     async def scenario():
-        # all in one tick, as a burst of requests arrives: the joiners find the leader's
-        # miss submitted but its thread not yet leading a flight
-        leader = asyncio.ensure_future(cached.take(request))
-        joiners = [asyncio.ensure_future(cached.take(request)) for _ in range(5)]
+        # all in one tick, as a burst of requests arrives. Whichever caller's storage read
+        # answers first starts the miss (under load it is not always the first created);
+        # the others join it before its thread leads a flight.
+        callers = [asyncio.ensure_future(cached.take(request)) for _ in range(6)]
         quitter = asyncio.ensure_future(cached.take(request))
         await asyncio.sleep(0.2)
         quitter.cancel()
         gated_tone.gate.set()
-        done, _ = await asyncio.wait(joiners, timeout=5)
-        answered_before_write = len(done)
+        waiting = set(callers)
+        deadline = time.monotonic() + 5
+        while len(waiting) > 1 and time.monotonic() < deadline:  # all but the starter
+            _, waiting = await asyncio.wait(waiting, timeout=0.05)
+        answered_before_write = [c for c in callers if c.done()]
         release.set()
-        first = await asyncio.wait_for(leader, 10)
-        return answered_before_write, [j.result().result for j in joiners], first
+        await asyncio.wait(callers, timeout=10)
+        return answered_before_write, [c.result().result for c in callers]
 
     try:
-        answered, joined, first = asyncio.run(scenario())
+        answered, results = asyncio.run(scenario())
     finally:
         release.set()
-    assert answered == 5, "the joiners waited for the disk write"
-    assert {r.cache for r in joined} == {"joined"}
-    assert {r.audio.pcm for r in joined} == {first.result.audio.pcm}
-    assert first.result.cache == "miss" and first.result.stored is False
+    started = [r for r in results if r.cache == "miss"]
+    joined = [r for r in results if r.cache == "joined"]
+    # the starter alone waits for its write; if the quitter happened to start the miss,
+    # all six callers joined it
+    assert len(started) <= 1 and len(joined) == 6 - len(started)
+    assert len(answered) == 6 - len(started), "the joiners waited for the disk write"
+    assert {r.audio.pcm for r in results} == {results[0].audio.pcm}
+    assert all(r.stored is False for r in started)
     assert len(gated_tone.calls) == 1 and len(puts) == 1
 
 
