@@ -117,11 +117,9 @@ def _import(cache: Cache, pack: Path, pub: Any) -> Any:
 @contextlib.contextmanager
 def serving(cache_dir: Path, *args: str) -> Iterator[str]:
     """``voxcache serve`` (tone engine, no access log) on a free port."""
-    import socket
+    from voxcache.testing.servers import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
     proc = subprocess.Popen([sys.executable, "-m", "voxcache.cli", "--cache-dir",
                              str(cache_dir), "--engine", "tone", "serve", "--port", str(port),

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from voxcache.testing.servers import free_port
+
 REPO = Path(__file__).resolve().parent.parent
 SNIPPET = REPO / "docs" / "nginx.conf"
 SNIPPET_CACHE_DIR = "/var/cache/voxcache"
@@ -44,13 +46,6 @@ http {{
     }}
 }}
 """
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now (loopback)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(url: str, timeout: float, proc: subprocess.Popen[bytes]) -> None:

@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,14 +20,10 @@ from typing import Any
 
 import httpx
 
+from voxcache.testing.servers import free_port
+
 TONE_PHRASES = ["Your order is ready.", "Doors closing.", "Mind the gap.",
                 "Welcome to the store.", "Please stand clear."]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -27,12 +26,7 @@ from voxcache.config import Settings
 from voxcache.engines.tone import ToneEngine
 from voxcache.service import create_app
 from voxcache.service.options import ServiceOptions, service_options
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from voxcache.testing.servers import free_port
 
 
 class LiveServer:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -26,6 +25,8 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from voxcache.testing.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "docs" / "prometheus-rules.yml"
@@ -46,12 +47,6 @@ api_keys = ["{ADMIN}"]
 interval = 1
 """
 NAME = re.compile(r"\bvoxcache_[a-z0-9_]+")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,8 @@ from pathlib import Path
 import httpx
 import uvicorn
 
+from voxcache.testing.servers import free_port as testing_free_port
+
 STARTUP_LIMIT = 60.0
 
 
@@ -33,8 +35,8 @@ def free_socket() -> socket.socket:
 
 
 def free_port() -> int:
-    with contextlib.closing(free_socket()) as sock:
-        return sock.getsockname()[1]
+    """A port for a server started elsewhere (a child process), from this worker's range."""
+    return testing_free_port()
 
 
 def wait_until(predicate, limit: float = STARTUP_LIMIT, what: str = "condition") -> None:

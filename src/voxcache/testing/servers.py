@@ -48,13 +48,35 @@ def _bindable(port: int) -> bool:
     return True
 
 
+PORTS = (12000, 22000)
+"""Where test servers listen: below the kernel's ephemeral range (32768 and up), so that
+no outgoing connection takes a port between its pick and the server's bind; a cluster
+node's bus (port + 10000) stays below it too. Ports from 0 (the kernel's pick) come from
+that range, and a parallel run's other worker or any client may grab one first."""
+
+
+def port_range() -> tuple[int, int]:
+    """This process's share of ``PORTS``: pytest-xdist workers (``gw0``, ``gw1`` …) each
+    pick from their own slice, so two workers never hand out one port."""
+    low, high = PORTS
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if not worker.startswith("gw") or count < 2:
+        return low, high
+    share = (high - low) // count
+    index = int(worker[2:]) % count
+    return low + index * share, low + (index + 1) * share
+
+
 def free_port(*, with_bus: bool = False) -> int:
-    """A free TCP port on 127.0.0.1 (and port + 10000, for a cluster node's bus)."""
-    for _ in range(200):
-        port = random.randint(20000, 40000)
+    """A free TCP port on 127.0.0.1 from this process's range (and port + 10000 free,
+    for a cluster node's bus)."""
+    low, high = port_range()
+    for _ in range(500):
+        port = random.randrange(low, high)
         if _bindable(port) and (not with_bus or _bindable(port + 10000)):
             return port
-    raise RuntimeError("no free port found")
+    raise RuntimeError(f"no free port in {low}-{high}")
 
 
 def _wait_for(check: Any, what: str, timeout: float = START_TIMEOUT) -> None:
