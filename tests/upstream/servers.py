@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import uvicorn
 
-from voxcache.testing.servers import free_port as testing_free_port
+from voxcache.testing.servers import free_port  # re-exported for the tests here
 
 STARTUP_LIMIT = 60.0
 
@@ -32,11 +32,6 @@ def free_socket() -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     return sock
-
-
-def free_port() -> int:
-    """A port for a server started elsewhere (a child process), from this worker's range."""
-    return testing_free_port()
 
 
 def wait_until(predicate, limit: float = STARTUP_LIMIT, what: str = "condition") -> None:

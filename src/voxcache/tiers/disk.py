@@ -63,7 +63,7 @@ from .layout import (
     suffix_of,
     write_pin,
 )
-from .lifecycle import rebuild_index, reconcile
+from .lifecycle import entry_stored, rebuild_index, reconcile
 
 log = logging.getLogger("voxcache.disk")
 T = TypeVar("T")
@@ -317,18 +317,10 @@ class DiskTier:
         return True
 
     def _still_stored(self, row: IndexRow) -> bool:
-        """Whether ``row``'s entry is stored now; asked under the index's write lock before
-        the row goes in, so a take removed since it was written (a purge from another
-        process, a quarantine while its row waited) leaves no row behind (an lstat, or an
-        LMDB lookup for inline kinds: no change in the miss cost measured by bench.miss_trees)."""
-        store = self._inline
-        if store is not None and row.kind not in FILE_KINDS:
-            try:
-                if store.has(_hit_record_name(row.key, row.kind)):
-                    return True
-            except (InlineDamaged, InlineUnavailable):
-                pass  # the file check still answers for a take stored as a file
-        return os.path.lexists(entry_file(self._objects, row.key, row.kind))
+        """Whether ``row``'s entry is stored now (``lifecycle.entry_stored``), asked under
+        the index's write lock before the row goes in: a take removed since it was written
+        (a purge from another process, a quarantine while its row waited) leaves no row."""
+        return entry_stored(self._objects, self._inline, row.key, row.kind)
 
     def _store(self, path: str, entry: Entry) -> str:
         """Publish inline (a small entry of a kind that may be) or as a file: ``new``,

@@ -30,6 +30,7 @@ from .index import Index, IndexRow
 from .layout import (
     STALE_TEMP_SECONDS,
     TEMP_PREFIX,
+    entry_file,
     entry_path,
     kind_of_file,
     read_pin,
@@ -237,15 +238,10 @@ def reconcile(root: Path, index: Index,
     # Index first, storage second: a writer publishes its file (or record) before its row,
     # so a row that appears between the two reads always has its entry in the walk.
     indexed: dict[str, str] = dict(index.query("SELECT key, kind FROM entries"))
+    objects = str(root / "objects")
     files = _stored_files(root)
     with inline.opened(root) as store:
         records = _stored_records(store)
-
-        def has_record(name: bytes) -> bool:
-            try:
-                return store is not None and store.has(name)
-            except (inline.InlineDamaged, inline.InlineUnavailable):
-                return False  # unreadable now: the next walk decides
 
         # Both checks run under the index's write lock, so what the walk saw earlier cannot
         # undo what a writer or a remover did since: an entry removed since it was verified
@@ -253,15 +249,10 @@ def reconcile(root: Path, index: Index,
         def still_stored(row: IndexRow) -> bool:
             if row.key in files:
                 return os.path.lexists(files[row.key])
-            return has_record(records[row.key])
+            return _has_record(store, records[row.key])
 
         def stored_again(key: str) -> bool:
-            kind = indexed[key]
-            try:
-                name = inline.record_name(key, kind)
-            except ValueError:  # not a key voxcache wrote: nothing can be stored under it
-                return False
-            return os.path.lexists(entry_path(root, key, kind)) or has_record(name)
+            return entry_stored(objects, store, key, indexed[key])
 
         stale = set(indexed) - set(files) - set(records)
         dropped = index.remove(stale, unless=stored_again) if stale else 0
@@ -285,6 +276,27 @@ def reconcile(root: Path, index: Index,
         progress(len(unindexed), len(unindexed))
     return {"added": added, "dropped": dropped, "quarantined": quarantined,
             "temp_removed": sweep_temp_files(root), "locks_removed": sweep_lock_files(root)}
+
+
+def entry_stored(objects: str, store: inline.InlineStore | None, key: str, kind: str) -> bool:
+    """Whether (key, kind) is stored now, inline or as a file under ``objects``. Asked under
+    the index's write lock before a row goes in (the disk tier's writes) or a stale one goes
+    out (the walk), so that neither outlives, nor forgets, what a remover or a writer did
+    meanwhile (an LMDB lookup for inline kinds, an lstat)."""
+    try:
+        name = inline.record_name(key, kind)
+    except ValueError:  # not a key voxcache wrote (a planted row): nothing is stored under it
+        return False
+    if kind not in inline.FILE_KINDS and _has_record(store, name):
+        return True
+    return os.path.lexists(entry_file(objects, key, kind))
+
+
+def _has_record(store: inline.InlineStore | None, name: bytes) -> bool:
+    try:
+        return store is not None and store.has(name)
+    except (inline.InlineDamaged, inline.InlineUnavailable):
+        return False  # unreadable now: the file check or the next walk decides
 
 
 def _stored_records(store: inline.InlineStore | None) -> dict[str, bytes]:
