@@ -38,8 +38,8 @@ from .tiers.leases import Leases
 from .tiers.lifecycle import Limits, enforce
 from .tiers.memory import DEFAULT_KIND_BUDGET, MemoryTier
 from .tiers.nodes import LOCAL_TIERS, Nodes, shared_tiers, tier_list
+from .tiers.publish import DEFAULT_MAX_BYTES
 from .tiers.remote import redacted
-from .tiers.writebehind import DEFAULT_MAX_BYTES
 
 log = logging.getLogger("voxcache.cache")
 
@@ -92,15 +92,17 @@ class Cache:
         self._enforce_lock = threading.Lock()
         self._listeners: dict[str, list[Callable[[str], None]]] = {}
         try:
-            shared = shared_tiers(tiers, write_queue=self.config.shared_write_queue,
-                                  count=self.count)
+            publisher = shared_tiers(tiers, write_queue=self.config.shared_write_queue,
+                                     count=self.count)
         except BaseException:
             self.disk.close()
             raise
-        self.tiers = TierStack([self.memory, self.disk, *shared], self.disk.faults)
+        shared = [] if publisher is None else publisher.tiers
+        self.tiers = TierStack([self.memory, self.disk, *shared], self.disk.faults,
+                               publisher=publisher, on_adopt=self._announce_adoption)
         self.limits = Limits(self.config.disk_max_bytes, self.config.disk_max_entries)
         self.invalidations = InvalidationLog(self.root, self._apply_invalidation)
-        self.nodes = Nodes(shared, self.tiers, self.root, apply=self._apply_remote,
+        self.nodes = Nodes(publisher, self.tiers, self.root, apply=self._apply_remote,
                            count=self.count, faults=self.disk.faults)
         self.leases: Leases | None = self.nodes.leases
         """The render leases across nodes (None without a Redis tier)."""
@@ -144,12 +146,15 @@ class Cache:
         return found
 
     def put(self, entry: Entry, *, tenant: str = "", pinned: bool = False,
-            pin_until: float | None = None) -> bool:
-        """Write through every tier; False if the disk tier could not store it."""
-        stored = self.tiers.put(entry, tenant=tenant, pinned=pinned, pin_until=pin_until)
-        if stored:
+            pin_until: float | None = None, wait: float = 0.0) -> Entry | None:
+        """Publish a take through every tier (``TierStack.put``; ``wait``: how long to wait
+        for the shared tiers' answer). The key's take held now — ``entry``, or the one
+        another writer published first — or None if no durable tier could store it."""
+        held = self.tiers.put(entry, tenant=tenant, pinned=pinned, pin_until=pin_until,
+                              wait=wait)
+        if held is not None:
             self._enforce_if_over()
-        return stored
+        return held
 
     def pin(self, key: str, pinned: bool = True, until: float | None = None) -> bool:
         """Pin an entry so it is never evicted (until ``until``, when given); every
@@ -188,6 +193,16 @@ class Cache:
                                     "memory until they restart")
         self.nodes.publish(news)
 
+    def _announce_adoption(self, entry: Entry) -> None:
+        """This folder now holds another take of the key: the other processes here drop
+        what their memory holds of it."""
+        try:
+            self.invalidations.publish([("adopt", entry.header.key)])
+        except OSError as exc:
+            self.disk.faults.report("invalidation", exc, "an adopted take could not be "
+                                    "announced; other processes may serve the old one from "
+                                    "memory until they restart")
+
     def on_event(self, event: str, listener: Callable[[str], None]) -> None:
         """Call ``listener(subject)`` when another process announces ``event`` (e.g.
         ``revision``: a gateway switched the upstream's weights; see ``announce``)."""
@@ -200,7 +215,7 @@ class Cache:
 
     def _apply_invalidation(self, event: str, key: str) -> None:
         """Another process changed ``key``: bring this process's memory tier in line."""
-        if event == "delete":
+        if event in ("delete", "adopt"):
             self.tiers.forget(key)
         elif event in ("pin", "unpin"):
             self.memory.set_pinned(key, event == "pin")

@@ -1,43 +1,41 @@
 """The one orchestrator: every decision about a request, in the order it is made.
 
-    resolve → key → cache mode → seed policy → tiers → model policy → segments
-          → single flight → cross-process lock → render slot → engine → write-through
+    resolve → key → cache mode → seed policy → tiers → (load once: flight → lock → tiers
+          → model policy → segments → render slot → engine → publication)
 
-``CachedEngine`` owns all of it. The policies (``voxcache.policies``) decide what
-a request gets behind the narrow ``Pipeline`` interface, which this class
-implements; the tiers (``voxcache.cache``) store; the engine renders. One path,
-three forms:
+``CachedEngine`` owns the decisions; the policies (``voxcache.policies``) decide what
+a request gets behind the narrow ``Pipeline`` interface, which this class implements;
+``voxcache.loading`` makes each key's take once (the same path stage artifacts and
+encoded deliveries take); the tiers store. One path, three forms:
 
 - ``synthesize(request)`` → ``Result``: the caller's thread does the work
   (library, CLI, warm); ``stream(request)`` yields the same take chunk by chunk.
 - ``await take(request, stream=…)`` → ``Take``: the asyncio form the service uses.
-  Memory hits and joins of a render already in flight are answered on the event
-  loop; the slower tiers are read in the I/O pool; anything else runs the
-  synchronous path in a miss thread (``scheduling.Admission``), where it waits
-  for a render slot only if it really renders. So a hit never queues behind a
-  miss, and a streamed miss hands each chunk over as the engine yields it, to
-  its caller and to every joiner alike.
+  Memory hits and joins of a flight are answered on the event loop; the slower tiers
+  are read in the I/O pool; a miss leads the key's flight from the loop and is made in
+  a miss thread (``scheduling.Admission``), which waits for a render slot only if it
+  really renders. A hit never queues behind a miss, and a streamed miss hands each
+  chunk over as the engine yields it, to its caller and every joiner alike.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
-from concurrent.futures import Future, InvalidStateError
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any, Protocol
 
 from .audio import Audio
 from .cache import Cache
-from .engine import Engine, render_chunks
+from .engine import Engine, joined, render_chunks
 from .entry import Entry, audio_entry
 from .errors import InvalidParameter
 from .key import canonical_bytes, digest, key_payload
+from .loading import HANDOFF_SECONDS, Loader, Made, loader_of
 from .outcome import NO_PROGRESS, Progress, Result, Take, seconds_since
 from .policies import segments
 from .policies.seeds import SeedPolicy, TakePools, bypass, describe, parse_seed_policy
@@ -46,21 +44,12 @@ from .policies.usage import Usage
 from .request import DEFAULT_MAX_TEXT_CHARS, SynthesisRequest, resolve
 from .resolved import ResolvedRequest
 from .scheduling import Admission
-from .singleflight import Flight, FlightGroup, key_lock
-from .tiers.leases import Leases
+from .singleflight import Flight, FlightGroup
 
-__all__ = ["MODES", "CachedEngine", "Observer", "Result", "Take"]
+__all__ = ["HANDOFF_SECONDS", "MODES", "CachedEngine", "Observer", "Result", "Take"]
 
 DEFAULT_LOCK_WAIT = 120.0
 KEY_MEMO_SIZE = 4096
-FOLLOW_POLL = 0.005
-"""Seconds between checks of a flight for new chunks on the event loop (bounds the time to
-first audio a joiner adds)."""
-HANDOFF_SECONDS = 0.0003
-"""How long a leader that has just handed its take to waiters gives up the interpreter before
-it writes the take through the tiers. Without it the waiting threads, and the event loop
-holding the joiners, get the GIL only once the write is done (1-3 ms later); with it they
-are answered first, and the write, which nobody but the leader's caller waits for, follows."""
 MODES = ("use", "bypass", "refresh")
 """Cache modes: ``use`` (default), ``bypass`` (render, neither read nor store),
 ``refresh`` (drop the stored take, render and store a new one)."""
@@ -88,8 +77,7 @@ class CachedEngine:
     """An engine behind the cache: each distinct request is rendered exactly once."""
 
     def __init__(self, engine: Engine, cache: Cache, *, lock_wait: float = DEFAULT_LOCK_WAIT,
-                 max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
-                 flights: FlightGroup | None = None, segments: bool = False,
+                 max_text_chars: int = DEFAULT_MAX_TEXT_CHARS, segments: bool = False,
                  seed_policy: str = "pin", model_policy: str = "strict",
                  admission: Admission | None = None, observer: Observer | None = None
                  ) -> None:
@@ -97,7 +85,8 @@ class CachedEngine:
         self.cache = cache
         self.lock_wait = lock_wait
         self.max_text_chars = max_text_chars
-        self.flights = flights or FlightGroup()
+        self.loader: Loader = loader_of(cache)
+        """The load-once path (shared with the stage caches and encodings of this cache)."""
         self.waveform = frozenset(n for n, s in engine.params.items() if s.shapes_waveform)
         self._key_memo: dict[tuple[str, tuple[Any, ...]], tuple[ResolvedRequest, str]] = {}
         self.segments = segments
@@ -110,9 +99,11 @@ class CachedEngine:
         self.usage = Usage(cache.root, self.waveform)
         self.admission = admission or Admission.unbounded()
         self.observer: Observer = observer or _Unobserved()
-        self._pending: dict[str, _Shared] = {}
-        """Misses started by ``take`` on the event loop, by key: later callers share them
-        instead of each filling a place in the admission queue."""
+
+    @property
+    def flights(self) -> FlightGroup:
+        """The flights in progress, by key."""
+        return self.loader.flights
 
     @property
     def model_policy(self) -> str:
@@ -201,8 +192,10 @@ class CachedEngine:
         return self._serve(request, resolved, key, mode, started, progress)
 
     def _serve(self, request: SynthesisRequest, resolved: ResolvedRequest, key: str,
-               mode: str, started: float, progress: Progress) -> Result:
-        """Every decision, in order: cache mode, seed policy, tiers, then the miss path."""
+               mode: str, started: float, progress: Progress,
+               led: Flight[Result] | None = None) -> Result:
+        """Every decision, in order: cache mode, seed policy, tiers, then the miss path.
+        ``led``: the key's flight, led already by an asyncio caller that read every tier."""
         if mode == "bypass":
             return bypass(self, resolved, key, started, progress)
         if mode == "refresh":
@@ -212,24 +205,16 @@ class CachedEngine:
         if not self.uses_pin(request, resolved):  # the take pool decides, not take 0 alone
             return self.takes.serve(self, resolved, key, self.seed_policy_for(request),
                                     started, progress)
-        found = self.lookup(key)
-        if found is not None:
-            return self.hit(resolved, key, found, started)
-        return self._miss(resolved, key, started, progress)
-
-    def _miss(self, resolved: ResolvedRequest, key: str, started: float,
-              progress: Progress) -> Result:
-        """A request-key miss: an older model's take (SWR), cached sentences, else the engine."""
+        if led is None:
+            found = self.lookup(key)
+            if found is not None:
+                return self.hit(resolved, key, found, started)
         self.asked(resolved, key, hit=False)
-        stale = self.upgrades.serve_stale(self, resolved, key, started)
-        if stale is not None:
-            return stale
-        if self.segments:
-            result = segments.serve(self, resolved, key, started, progress=progress)
-            if result is not None:
-                self.remember(resolved, key)
-                return result
-        return self.render_once(resolved, key, started, progress)
+        recipe = _Take(self, resolved, key, started, progress, whole_request=True)
+        if led is not None:
+            return self.loader.lead(led, key, "audio", recipe, wait=self.lock_wait)[0]
+        return self.loader.load(key, "audio", recipe, wait=self.lock_wait, looked=True,
+                                progress=progress)[0]
 
     def stream(self, request: SynthesisRequest) -> Iterator[Audio]:
         """Yield the take for ``request`` chunk by chunk, as soon as each exists (stored
@@ -269,56 +254,71 @@ class CachedEngine:
                    resolved: tuple[ResolvedRequest, str] | None = None) -> Take:
         """The take for ``request``; with ``stream`` a miss returns before its render ends.
 
-        ``timeout`` bounds each wait (for the take, or for each next chunk); a caller
+        Memory, then a flight of the key, answer on the loop; the slower tiers are read in
+        the I/O pool; a miss leads the key's flight from here, so every later caller joins
+        it. ``timeout`` bounds each wait (for the take, or for each next chunk); a caller
         that gives up never cancels a render others share.
         """
         started = time.perf_counter()
         resolved_request, key = resolved or await self.aresolve_and_key(request)
-        shared = mode == "use" and self.uses_pin(request, resolved_request)
-        if shared:
-            fast = await self._on_the_loop(resolved_request, key, started, stream, timeout)
-            if fast is not None:
-                return fast
-            pending = self._pending.get(key)  # checked again after the disk read's await
-            if pending is not None:
-                return await self._join(pending, key, started, stream, timeout)
-        channel = _Channel(asyncio.get_running_loop()) if stream else None
-        pending = _Shared() if shared else None
-        if pending is not None:  # before the miss thread starts: its flight must find it
-            self._pending[key] = pending
+        if mode != "use" or not self.uses_pin(request, resolved_request):
+            return await self._submit(Flight(), request, resolved_request, key, mode,
+                                      started, stream, timeout, channel=True)
+        entry = self.cache.memory.get(key)
+        if entry is not None:
+            return Take.whole(self.hit(resolved_request, key, (entry, "memory"), started))
+        flight = self.flights.get(key)
+        if flight is None:  # the slower tiers: disk, redis, s3 (X-Cache-Tier says which)
+            found = await self.admission.read(self.cache.read_below, key)
+            if found is not None:
+                return Take.whole(self.hit(resolved_request, key, found, started))
+            flight, leader = self.flights.join_or_lead(key)
+            if leader:
+                return await self._submit(flight, request, resolved_request, key, mode,
+                                          started, stream, timeout, channel=False)
+        else:
+            flight.add_follower()
+        return await self._join(flight, key, started, stream, timeout)
+
+    async def _submit(self, flight: Flight[Result], request: SynthesisRequest,
+                      resolved: ResolvedRequest, key: str, mode: str, started: float,
+                      stream: bool, timeout: float | None, *, channel: bool) -> Take:
+        """Run the miss in a miss thread: as the leader of the key's ``flight``, or with
+        ``flight`` as a private channel (``channel``: bypass, refresh, take pools)."""
         try:
-            future = self.admission.submit(self._serve, request, resolved_request, key, mode,
-                                           started, channel or NO_PROGRESS)
-        except BaseException:
-            if pending is not None:
-                self._forget_pending(key, pending)
+            if channel:
+                future = self.admission.submit(self._serve, request, resolved, key, mode,
+                                               started, flight)
+            else:
+                future = self.admission.submit(self._serve, request, resolved, key, mode,
+                                               started, NO_PROGRESS, flight)
+        except BaseException as exc:
+            flight.fail(exc)
+            if not channel:
+                self.flights.done(key, flight)
             raise
-        if pending is not None:
-            pending.follow(future)
-            future.add_done_callback(lambda _done: self._forget_pending(key, pending))
-        if channel is None:
+        future.add_done_callback(lambda done: _finish(flight, done))
+        if not stream:
             return Take.whole(await _wait(future, timeout))
-        future.add_done_callback(channel.finish)
-        return await channel.take(key, self.engine.sample_rate, timeout)
+        await flight.begun(timeout)
+        if flight.how is None:  # served whole without streaming (found, a hit, a failure)
+            return Take.whole(await _wait(future, timeout))
+        cache, tier, split = flight.how
+        return Take(key, cache.upper(), tier, self.engine.sample_rate, 1,
+                    source=flight.afollow(timeout, _audio_of, to_landing=True),
+                    segments=split)
 
-    def _forget_pending(self, key: str, pending: _Shared) -> None:
-        if self._pending.get(key) is pending:
-            del self._pending[key]
-
-    async def _join(self, pending: _Shared, key: str, started: float, stream: bool,
+    async def _join(self, flight: Flight[Result], key: str, started: float, stream: bool,
                     timeout: float | None) -> Take:
-        """Share a miss another caller on this loop already started: its flight, once its
-        miss thread leads one (streamed), else the take as soon as it exists."""
+        """Share the key's flight: followed live while its take is being made (streamed),
+        else its take once it exists — or, once it exists already, once it is published."""
         self.count("joins")
-        if stream:
-            while not pending.done():
-                flight = self.flights.get(key)
-                if flight is not None:
-                    flight.add_follower()
-                    return Take(key, "JOINED", "engine", self.engine.sample_rate, 1,
-                                source=_follow(flight, timeout))
-                await asyncio.sleep(FOLLOW_POLL)
-        result = await asyncio.wait_for(pending.wait(), timeout)
+        if stream and flight.value_future() is flight.future:
+            await flight.begun(timeout)
+            _, tier, split = flight.how or ("", "engine", None)
+            return Take(key, "JOINED", tier, self.engine.sample_rate, 1,
+                        source=flight.afollow(timeout, _audio_of), segments=split)
+        result = await flight.await_value(timeout)
         return Take.whole(replace(result, cache="joined", seconds=seconds_since(started)))
 
     async def asynthesize(self, request: SynthesisRequest, *, mode: str = "use") -> Result:
@@ -345,47 +345,18 @@ class CachedEngine:
             return None
         return Take.whole(self.hit(resolved, key, found, started))
 
-    async def _on_the_loop(self, resolved: ResolvedRequest, key: str, started: float,
-                           stream: bool, timeout: float | None) -> Take | None:
-        """Memory on the loop, then a render in flight, then the slower tiers in the I/O pool."""
-        entry = self.cache.memory.get(key)
-        if entry is not None:
-            return Take.whole(self.hit(resolved, key, (entry, "memory"), started))
-        flight = self.flights.get(key)
-        if flight is not None:
-            self.count("joins")
-            flight.add_follower()
-            if stream:
-                return Take(key, "JOINED", "engine", self.engine.sample_rate, 1,
-                            source=_follow(flight, timeout))
-            shared = await _wait(flight.future, timeout)
-            return Take.whole(replace(shared, cache="joined", seconds=seconds_since(started)))
-        found = await self.admission.read(self.cache.read_below, key)
-        if found is not None:  # the tier that answered: disk, redis, s3 (X-Cache-Tier)
-            return Take.whole(self.hit(resolved, key, found, started))
-        return None
-
     # -- the pipeline (what policies may use) --------------------------------------------------
     def lookup(self, key: str) -> tuple[Entry, str] | None:
         """(entry, tier) from the fastest tier holding ``key`` (promoted upwards)."""
         return self.cache.get(key)
 
-    def reread(self, key: str) -> Entry | None:
-        """A read below the memory tier (after a lock: another process may have stored it)."""
-        return self.cache.read_disk(key)
-
-    def lock(self, key: str) -> AbstractContextManager[bool]:
-        """The key's lock: across this machine's processes a ``flock`` (failing open on a
-        read-only or full folder), then, with a Redis tier, across nodes the key's render
-        lease (``_machine_then_nodes``). True: go on (read again, then render); False: the
-        wait ran out (render without it)."""
-        cache = self.cache
-        if cache.leases is None:  # one machine: the flock is the whole lock
-            return key_lock(cache.locks, key, self.lock_wait, on_fault=cache.lock_fault)
-        return _machine_then_nodes(self, key, cache.leases)
+    def lock(self, key: str) -> Any:
+        """The key's lock (``Loader.lock``: the machine's flock, then the node lease)."""
+        return self.loader.lock(key, self.lock_wait)
 
     def render(self, resolved: ResolvedRequest) -> Iterator[Audio]:
-        """The engine's chunks, inside a render slot, counted and observed."""
+        """The engine's chunks (sentences, without the join rule's pauses), inside a render
+        slot, counted and observed."""
         with self.admission.slot():
             started = time.perf_counter()
             try:
@@ -398,11 +369,11 @@ class CachedEngine:
         self.count("render_ms", int(seconds * 1000))
         self.observer.rendered(seconds, failed=False)
 
-    def store(self, key: str, audio: Audio, resolved: ResolvedRequest,
-              **meta: Any) -> tuple[Entry, bool]:
-        """Build the take's entry and write it through every tier: (entry, stored)."""
-        entry = self.seal(key, audio, resolved, **meta)
-        return entry, self.cache.put(entry, tenant=resolved.tenant)
+    def store(self, entry: Entry, resolved: ResolvedRequest) -> tuple[Entry, bool]:
+        """Publish a sealed take: (the key's take now — ours, or the one published first
+        — and whether it is stored)."""
+        held = self.cache.put(entry, tenant=resolved.tenant)
+        return (held or entry), bool(held)
 
     def seal(self, key: str, audio: Audio, resolved: ResolvedRequest, **meta: Any) -> Entry:
         """The take's stored form (its envelope), not yet written anywhere."""
@@ -410,85 +381,16 @@ class CachedEngine:
         return audio_entry(key, audio, ttl=ttl, meta={**resolved.describe(), **meta})
 
     def render_once(self, resolved: ResolvedRequest, key: str, started: float,
-                    progress: Progress = NO_PROGRESS) -> Result:
-        """Render ``key`` once however many ask: in this process one caller leads the
-        key's flight and the rest follow it live; across processes the leader holds the
-        key's lock and checks the disk again before it renders."""
-        flight, leader = self.flights.join_or_lead(key)
-        if not leader:
-            return self._follow(flight, resolved, key, started, progress)
-        pending = self._pending.get(key)
-        if pending is not None:  # callers waiting on the event loop get the take with the rest
-            flight.future.add_done_callback(pending.settle)
-        try:
-            result = self._lead(resolved, key, flight, started, progress)
-        except BaseException as exc:
-            if not flight.future.done():
-                flight.future.set_exception(exc)
-            raise
-        else:
-            if not flight.future.done():
-                flight.future.set_result(result)
-            return result
-        finally:
-            self.flights.land(key, flight)
-
-    def _follow(self, flight: Flight, resolved: ResolvedRequest, key: str, started: float,
-                progress: Progress) -> Result:
-        sent = 0
-        try:
-            for chunk in flight.follow(self.lock_wait):
-                if not sent:
-                    progress.begin("joined", "engine")
-                progress.chunk(chunk)
-                sent += 1
-            shared: Result = flight.future.result()
-        except TimeoutError:
-            if sent:
-                raise
-            # The leader is stuck; a duplicate render beats a stuck request.
-            return self._render(resolved, key, Flight(), started, progress)
-        if not sent:  # the leader found another process's take: nothing was published
-            progress.begin("joined", shared.tier)
-            progress.chunk(shared.entry.audio())
-        self.count("joins")
-        return replace(shared, cache="joined", seconds=seconds_since(started))
-
-    def _lead(self, resolved: ResolvedRequest, key: str, flight: Flight, started: float,
-              progress: Progress) -> Result:
-        with self.lock(key) as locked:
-            if locked:  # another process or node may have stored it meanwhile
-                found = self.cache.read_below(key)
-                if found is not None:
-                    entry, tier = found
-                    self.count("joins")
-                    progress.begin("joined", tier)
-                    progress.chunk(entry.audio())
-                    return Result(entry, key, "joined", tier, seconds_since(started))
-            return self._render(resolved, key, flight, started, progress)
-
-    def _render(self, resolved: ResolvedRequest, key: str, flight: Flight, started: float,
-                progress: Progress) -> Result:
-        render_started = time.perf_counter()
-        chunks: list[Audio] = []
-        for chunk in self.render(resolved):
-            if not chunks:
-                progress.begin("miss", "engine")
-            chunks.append(chunk)
-            flight.publish(chunk)
-            progress.chunk(chunk)
-        entry = self.seal(key, Audio.join(chunks), resolved,
-                          render_seconds=round(seconds_since(render_started), 4))
-        # The waiters get the take as soon as it exists, not after the write: what they are
-        # given is the take itself, so a write that then fails loses them nothing.
-        flight.future.set_result(Result(entry, key, "miss", "engine", seconds_since(started)))
-        pending = self._pending.get(key)
-        if flight.followers or (pending is not None and pending.joined):
-            time.sleep(HANDOFF_SECONDS)  # let the woken waiters run before the write does
-        stored = self.cache.put(entry, tenant=resolved.tenant)
-        self.remember(resolved, key)
-        self.count("misses")
-        return Result(entry, key, "miss", "engine", seconds_since(started), stored)
+                    progress: Progress = NO_PROGRESS, join: bool = True) -> Result:
+        """Render ``key`` once however many ask (the load-once path without the request
+        policies: a take of a pool, a re-render of a stale take). ``join=False`` never
+        joins a flight in progress (a re-render must not be handed the stale take)."""
+        recipe = _Take(self, resolved, key, started, progress, whole_request=False)
+        if not join:
+            return self.loader.lead(Flight(), key, "audio", recipe, wait=self.lock_wait,
+                                    progress=progress)[0]
+        return self.loader.load(key, "audio", recipe, wait=self.lock_wait, looked=True,
+                                progress=progress)[0]
 
     def hit(self, resolved: ResolvedRequest, key: str, found: tuple[Entry, str],
             started: float) -> Result:
@@ -515,140 +417,84 @@ class CachedEngine:
         self.upgrades.remember(self, resolved, key)
 
 
-class _Shared:
-    """A miss started on the event loop and shared by the callers that join it there.
+class _Take:
+    """What a take is made of, for the load-once path (``loading.Recipe``): a stored take
+    found inside the lock, or — for a whole request — an older model's take
+    (stale-while-revalidate) or a stitch of stored sentences, else the engine's render
+    under the engine's join rule."""
 
-    Its joiners' waits (``wait``) are set in one pass, on one wake-up of the loop, with
-    whichever comes first: the key's flight, the moment its take exists
-    (before it is written through the tiers), or the whole miss, when it rendered no
-    flight of this key (a stored sentence stitch, a stale take, a failure).
-    """
+    def __init__(self, engine: CachedEngine, resolved: ResolvedRequest, key: str,
+                 started: float, progress: Progress, *, whole_request: bool) -> None:
+        self.engine = engine
+        self.resolved = resolved
+        self.key = key
+        self.started = started
+        self.progress = progress
+        self.whole_request = whole_request
 
-    def __init__(self) -> None:
-        self._whole: Future[Result] | None = None
-        self._first: Future[Result] = Future()
-        self._ready = asyncio.wrap_future(self._first)
-        self._ready.add_done_callback(self._release)
-        self._waiters: list[asyncio.Future[Result]] = []
-        self.joined = False
-        """Whether any caller besides the one that started the miss waited on it."""
+    def found(self, entry: Entry, tier: str, inside_lock: bool) -> Result | None:
+        """A stored take: a hit, or (inside the lock) one another process or node stored
+        while this caller waited for it."""
+        if not inside_lock:
+            return self.engine.hit(self.resolved, self.key, (entry, tier), self.started)
+        self.engine.count("joins")
+        self.progress.begin("joined", tier)
+        self.progress.chunk(entry.audio())
+        return Result(entry, self.key, "joined", tier, seconds_since(self.started))
 
-    def follow(self, whole: Future[Result]) -> None:
-        """The whole miss, once submitted: it settles the joiners if no flight did."""
-        self._whole = whole
-        whole.add_done_callback(self.settle)
+    def make(self, sink: Progress) -> Made[Result]:
+        engine, resolved, key = self.engine, self.resolved, self.key
+        if self.whole_request:
+            stale = engine.upgrades.serve_stale(engine, resolved, key, self.started)
+            if stale is not None:
+                sink.begin("stale", stale.tier)
+                sink.chunk(stale.audio)
+                return Made(stale)
+            if engine.segments:
+                stitched = segments.serve(engine, resolved, key, self.started, progress=sink)
+                if stitched is not None:
+                    return Made(stitched, stitched.entry, resolved.tenant)
+        return self._render(sink)
 
-    def done(self) -> bool:
-        """True once the whole miss has ended (the take written, or the miss failed)."""
-        return self._whole is not None and self._whole.done()
+    def _render(self, sink: Progress) -> Made[Result]:
+        engine, resolved = self.engine, self.resolved
+        render_started = time.perf_counter()
+        chunks: list[Audio] = []
+        for chunk in joined(engine.render(resolved), engine.engine.segment_gap):
+            if not chunks:
+                sink.begin("miss", "engine")
+            chunks.append(chunk)
+            sink.chunk(chunk)
+        entry = engine.seal(self.key, Audio.join(chunks), resolved,
+                            render_seconds=round(seconds_since(render_started), 4))
+        engine.count("misses")
+        return Made(Result(entry, self.key, "miss", "engine", seconds_since(self.started)),
+                    entry, resolved.tenant)
 
-    def wait(self) -> asyncio.Future[Result]:
-        """A future of this caller's own: cancelling it (a client that went away) leaves
-        everyone else's wait alone, and all are set in one pass when the take exists."""
-        if self._ready.done():
-            return self._ready
-        waiter = self._ready.get_loop().create_future()
-        self._waiters.append(waiter)
-        self.joined = True
-        return waiter
+    def published(self, made: Result, held: Entry | None) -> Result:
+        self.engine.remember(self.resolved, self.key)
+        return replace(made, entry=held or made.entry, stored=held is not None,
+                       seconds=seconds_since(self.started))
 
-    def _release(self, ready: asyncio.Future[Result]) -> None:
-        exc = ready.exception()
-        for waiter in self._waiters:
-            if not waiter.done():
-                if exc is None:
-                    waiter.set_result(ready.result())
-                else:
-                    waiter.set_exception(exc)
-        self._waiters.clear()
-
-    def settle(self, done: Future[Result]) -> None:
-        """Pass a finished future's outcome on, unless another already did (any thread)."""
-        with contextlib.suppress(InvalidStateError):
-            exc = done.exception()
-            if exc is None:
-                self._first.set_result(done.result())
-            else:
-                self._first.set_exception(exc)
-
-
-class _Channel:
-    """A streaming caller's ``Progress``, carried from the miss thread onto the event loop."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-
-    def begin(self, cache: str, tier: str, segments: tuple[int, int] | None = None) -> None:
-        self._put(("begin", (cache, tier, segments)))
-
-    def chunk(self, audio: Audio) -> None:
-        self._put(("chunk", audio))
-
-    def finish(self, future: Future[Result]) -> None:
-        self._put(("done", future))
-
-    def _put(self, item: tuple[str, Any]) -> None:
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
-
-    async def take(self, key: str, sample_rate: int, timeout: float | None) -> Take:
-        """The take as soon as the miss says how it is served (or ends without streaming)."""
-        kind, value = await asyncio.wait_for(self._queue.get(), timeout)
-        if kind == "done":
-            return Take.whole(value.result())
-        cache, tier, split = value
-        return Take(key, cache.upper(), tier, sample_rate, 1, source=self._chunks(timeout),
-                    segments=split)
-
-    async def _chunks(self, timeout: float | None) -> AsyncIterator[Audio]:
-        while True:
-            kind, value = await asyncio.wait_for(self._queue.get(), timeout)
-            if kind == "chunk":
-                yield value
-            elif kind == "done":
-                value.result()  # re-raises a render that failed after its first chunk
-                return
+    def joined(self, value: Result, sink: Progress, replayed: int) -> Result:
+        self.engine.count("joins")
+        if not replayed:  # it existed before this caller joined: one chunk, whole
+            sink.begin("joined", value.tier)
+            sink.chunk(value.entry.audio())
+        return replace(value, cache="joined", seconds=seconds_since(self.started))
 
 
-# -- one render per key across nodes: the composite lock --------------------------------------
-@contextlib.contextmanager
-def _machine_then_nodes(engine: CachedEngine, key: str, leases: Leases) -> Iterator[bool]:
-    """The local ``flock`` first, then the key's lease in Redis (``tiers.leases``), within one
-    ``lock_wait``. The flock stays the lock every policy sees (segments take it per
-    sentence), and it means one process per machine at most asks Redis for a key. The
-    lease yields True also when its holder's take has landed (read it: no render) or Redis
-    cannot be asked (fail open: the local lock alone)."""
-    cache = engine.cache
-    deadline = time.monotonic() + engine.lock_wait
-    with key_lock(cache.locks, key, engine.lock_wait, on_fault=cache.lock_fault) as locked:
-        if not locked:
-            yield locked
-            return
-        with leases.hold(key, max(0.0, deadline - time.monotonic())) as held:
-            yield held
+def _audio_of(result: Result) -> Audio:
+    return result.entry.audio()
 
 
-async def _follow(flight: Flight, timeout: float | None) -> AsyncIterator[Audio]:
-    """A flight's chunks on the event loop: what exists so far, then live."""
-    sent = 0
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        available = len(flight.chunks)
-        if sent < available:
-            for chunk in flight.chunks[sent:available]:
-                yield chunk
-            sent = available
-            continue
-        if flight.future.done():
-            if len(flight.chunks) > sent:
-                continue
-            result = flight.future.result()  # re-raises the leader's failure
-            if sent == 0:  # rendered by another process: nothing was published here
-                yield result.entry.audio()
-            return
-        if deadline is not None and time.monotonic() > deadline:
-            raise TimeoutError("render did not finish in time")
-        await asyncio.sleep(FOLLOW_POLL)
+def _finish(flight: Flight[Result], done: Future[Result]) -> None:
+    """A miss thread ended: its flight (a leader's or a channel) ends with it."""
+    exc = done.exception()
+    if exc is not None:
+        flight.fail(exc)
+    else:
+        flight.land(done.result())
 
 
 async def _wait(future: Future[Result], timeout: float | None) -> Result:

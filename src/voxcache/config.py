@@ -25,7 +25,7 @@ from typing import Any
 from .cache import CacheConfig
 from .errors import InvalidParameter
 from .tiers.nodes import LOCAL_TIERS, tier_list
-from .tiers.writebehind import DEFAULT_MAX_BYTES
+from .tiers.publish import DEFAULT_MAX_BYTES
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}

@@ -11,7 +11,8 @@ an encoding like any other when the take's rate differs: resampled once, stored
 under a key that names the rate, evicted before its PCM.
 
 The encoder is ``voxcache.formats`` (libsndfile: whatever this machine can
-write); this module only adds the caching around it.
+write); this module only adds the caching around it, on the load-once path every
+take takes (``voxcache.loading``): a burst of requests for one new mp3 encodes it once.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from .cache import Cache
 from .entry import Entry, blob_entry
 from .formats import Format, encode, lookup
 from .key import derived_key
-from .outcome import Result
+from .loading import Made, loader_of
+from .outcome import Progress, Result
 
 
 class _HasCache(Protocol):
@@ -31,6 +33,9 @@ class _HasCache(Protocol):
 
     cache: Cache
 
+ENCODE_WAIT = 30.0
+"""Longest a caller waits for another caller's encoding of the same delivery (or its
+lock) before it encodes itself."""
 PASSTHROUGH = ("wav", "pcm")
 """Formats served straight from the stored take (no encoding, nothing extra stored) when
 they are delivered at the take's own rate."""
@@ -68,17 +73,38 @@ def encoded(target: _HasCache | Cache, result: Result | Entry, fmt: str | Format
     if passthrough(fmt, entry.header.sample_rate):
         return entry.blob if fmt.name == "wav" else bytes(entry.payload)
     key = key_of(entry.header.key, fmt, bitrate)
-    found = cache.get(key, "encoded")
-    if found is not None:
-        cache.count("encoded_hits")
-        return bytes(found[0].payload)
-    data = encode(entry.audio(), fmt)
-    stored = blob_entry(key, "encoded", data, fmt.media_type, meta={
-        "parent": entry.header.key, "format": fmt.name, "bitrate": bitrate,
-        "rate": fmt.rate_for(entry.header.sample_rate),
-        **{k: entry.header.meta.get(k) for k in ("tenant", "engine", "model", "voice", "text")}},
-        ttl=None if entry.header.expires is None else max(
-            1.0, entry.header.expires - time.time()))  # never outlives its PCM
-    cache.put(stored, tenant=str(entry.header.meta.get("tenant", "")))
-    cache.count("encoded_misses")
-    return data
+    delivery = _Delivery(cache, entry, fmt, bitrate)
+    found, how = loader_of(cache).load(key, "encoded", delivery, wait=ENCODE_WAIT)
+    cache.count("encoded_hits" if how == "hit" else "encoded_misses" if how == "made"
+                else "encoded_joins")
+    return bytes(found.payload)
+
+
+class _Delivery:
+    """What an encoding is made of, for the load-once path (``loading.Recipe``)."""
+
+    def __init__(self, cache: Cache, entry: Entry, fmt: Format, bitrate: int | None) -> None:
+        self.cache, self.entry, self.fmt, self.bitrate = cache, entry, fmt, bitrate
+
+    def found(self, entry: Entry, tier: str, inside_lock: bool) -> Entry:
+        return entry
+
+    def make(self, sink: Progress) -> Made[Entry]:
+        take, fmt = self.entry, self.fmt
+        data = encode(take.audio(), fmt)
+        stored = blob_entry(key_of(take.header.key, fmt, self.bitrate), "encoded", data,
+                            fmt.media_type, meta={
+                                "parent": take.header.key, "format": fmt.name,
+                                "bitrate": self.bitrate,
+                                "rate": fmt.rate_for(take.header.sample_rate),
+                                **{k: take.header.meta.get(k)
+                                   for k in ("tenant", "engine", "model", "voice", "text")}},
+                            ttl=None if take.header.expires is None else max(
+                                1.0, take.header.expires - time.time()))  # never outlives its PCM
+        return Made(stored, stored, str(take.header.meta.get("tenant", "")))
+
+    def published(self, made: Entry, held: Entry | None) -> Entry:
+        return held or made
+
+    def joined(self, value: Entry, sink: Progress, replayed: int) -> Entry:
+        return value

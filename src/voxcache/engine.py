@@ -8,7 +8,7 @@ resolver refuse fields an engine would otherwise silently ignore.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import ClassVar
 
 from .audio import Audio
@@ -39,7 +39,10 @@ class Engine:
     """False when a sentence's audio depends on neighbouring text; such an engine must
     also override ``segment_context`` or segment mode is refused for it."""
     segment_gap: float = 0.0
-    """Seconds of silence the engine itself puts between sentences (Piper: none)."""
+    """Seconds of silence the engine puts between sentences (Piper: none). ``render``
+    yields each sentence without it; voxcache adds it between consecutive chunks on
+    every path (``joined``), so a whole render, a stream and a stitch of stored
+    sentences are one PCM."""
 
     def split_sentences(self, text: str) -> list[str] | None:
         """Split ``text`` exactly as ``render`` does, one chunk per part, or None.
@@ -59,7 +62,8 @@ class Engine:
         return None
 
     def render(self, request: ResolvedRequest) -> Iterator[Audio]:
-        """Yield the take one chunk (sentence) at a time, in order."""
+        """Yield the take one chunk (sentence) at a time, in order, without the pause
+        between sentences (``segment_gap``: voxcache puts it there)."""
         raise NotImplementedError
 
     def describe(self) -> dict[str, object]:
@@ -92,3 +96,32 @@ def render_chunks(engine: Engine, request: ResolvedRequest) -> Iterator[Audio]:
         raise EngineError(f"engine {engine.id!r} failed: {redact(str(exc))}") from exc
     if not produced:
         raise EngineError(f"engine {engine.id!r} produced no audio")
+
+
+class JoinRule:
+    """An engine's join rule, applied to its sentences in order as a caller hears them:
+    each after the first is preceded by ``gap`` seconds of silence. Every path that
+    hands chunks out or builds a take from them goes through it, so ``Audio.join`` of
+    what it returns is the take, whichever path made it."""
+
+    def __init__(self, gap: float) -> None:
+        self.gap = gap
+        self._started = False
+        self._silence: Audio | None = None
+
+    def __call__(self, part: Audio) -> Audio:
+        """The next sentence as heard (its leading pause included)."""
+        if not self._started or self.gap <= 0:
+            self._started = True
+            return part
+        silence = self._silence
+        if silence is None or silence.sample_rate != part.sample_rate:
+            frames = round(self.gap * part.sample_rate)
+            silence = self._silence = Audio(b"\0\0" * part.channels * frames,
+                                            part.sample_rate, part.channels)
+        return Audio.join([silence, part])
+
+
+def joined(parts: Iterable[Audio], gap: float) -> Iterator[Audio]:
+    """``parts`` as a caller hears them under the join rule (``JoinRule``)."""
+    return map(JoinRule(gap), parts)

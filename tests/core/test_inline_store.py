@@ -283,7 +283,7 @@ READER = textwrap.dedent("""
     cache = Cache(sys.argv[1])
     misses = sum(cache.get(f"{i:064x}", "encoded") is None for i in range(50))
     entry = blob_entry(f"{7:064x}", "encoded", b"again" * 10, "audio/mpeg")
-    stored = cache.put(entry)
+    stored = cache.put(entry) is not None
     back = cache.get(entry.header.key, "encoded")
     cache.disk.startup_check.join(60)
     cache.close()

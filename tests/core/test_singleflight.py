@@ -126,7 +126,7 @@ def test_followers_stream_what_exists_then_live():
     from voxcache.audio import Audio
 
     chunk = Audio(b"\x01\x00" * 10, 16000)
-    flight.publish(chunk)
+    flight.chunk(chunk)
     got = []
 
     def follow():
@@ -135,9 +135,9 @@ def test_followers_stream_what_exists_then_live():
     t = threading.Thread(target=follow)
     t.start()
     time.sleep(0.1)
-    flight.publish(chunk)
-    flight.future.set_result("done")
-    group.land("k", flight)
+    flight.chunk(chunk)
+    flight.land("done")
+    group.done("k", flight)
     t.join(5)
     assert got == [chunk, chunk]
 
@@ -217,12 +217,12 @@ def test_a_follower_wakes_when_the_take_exists_not_when_the_flight_lands() -> No
     from voxcache.singleflight import Flight
 
     flight = Flight()
-    flight.publish(b"chunk")  # type: ignore[arg-type]
+    flight.chunk(b"chunk")  # type: ignore[arg-type]
     got: list[object] = []
     follower = threading.Thread(target=lambda: got.extend(flight.follow(5)))
     follower.start()
     time.sleep(0.2)  # the follower has the chunk and sleeps, waiting for more or the end
-    flight.future.set_result("the take")  # no land(), no close(): the leader is still writing
+    flight.settle("the take")  # not landed: the leader is still writing
     follower.join(1)
     assert not follower.is_alive(), "the follower slept through the take's arrival"
     assert got == [b"chunk"]

@@ -76,7 +76,7 @@ def test_a_failing_tier_is_a_miss_then_left_alone_then_used_again():
     broken, memory = Broken(), MemoryTier()
     stack, counts = stack_of(memory, broken, clock=lambda: now[0])
     entry = make_audio_entry(3)
-    assert stack.put(entry) is True
+    assert stack.put(entry) is not None
     memory.clear()
     broken.broken = True
     for _ in range(BREAKER_FAILURES):
@@ -96,6 +96,6 @@ def test_stored_means_a_durable_tier_holds_it():
     broken, memory = Broken(), MemoryTier()
     stack, _ = stack_of(memory, broken)
     broken.broken = True
-    assert stack.put(make_audio_entry(4)) is False  # only memory has it
+    assert stack.put(make_audio_entry(4)) is None  # only memory has it
     broken.broken = False
-    assert stack.put(make_audio_entry(5)) is True
+    assert stack.put(make_audio_entry(5)) is not None

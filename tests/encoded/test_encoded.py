@@ -87,3 +87,37 @@ def test_an_encoding_asked_all_day_outlives_takes_nobody_asks_for_again(tmp_path
     assert sorted(row.kind for row in rows) == ["audio", "audio", "encoded"]  # pins, encoding
     assert not {r.key for r in results} & {row.key for row in rows}
     cache.close()
+
+
+def test_a_burst_for_one_new_delivery_encodes_it_once(cached_tone: CachedEngine,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Encoded deliveries take the load-once path every take takes: eight callers asking at
+    once for one new mp3 get one encoding between them (each used to encode its own)."""
+    import threading
+    import time
+
+    import voxcache.encoded as encoded_module
+
+    result = cached_tone.synthesize(SynthesisRequest("A delivery everyone wants at once."))
+    real_encode, encodes = encoded_module.encode, []
+
+    def slow_encode(audio, fmt):  # the real encoder, made slow enough to overlap
+        encodes.append(fmt.name)
+        time.sleep(0.3)
+        return real_encode(audio, fmt)
+
+    monkeypatch.setattr(encoded_module, "encode", slow_encode)
+    start = threading.Barrier(8)
+    got: list[bytes] = []
+
+    def ask() -> None:
+        start.wait()
+        got.append(encoded(cached_tone, result, "mp3"))
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(got) == 8 and len(set(got)) == 1
+    assert encodes == ["mp3"], f"{len(encodes)} encodings for one delivery"

@@ -5,6 +5,8 @@
 Default: a slow stand-in extractor (0.5 s) that leaves a marker file each time it
 really runs, so the parent can count extractions across processes. ``embed``: the
 real resemblyzer encoder. Prints the result's cache/tier and the key.
+``STAGE_TIERS`` (a tier list) makes it a node of several; ``STAGE_START_AT`` (a
+``time.time()``) makes every worker ask at that instant.
 """
 
 from __future__ import annotations
@@ -17,15 +19,18 @@ from pathlib import Path
 
 import numpy as np
 
-from voxcache.cache import Cache
+from voxcache.cache import Cache, CacheConfig
 from voxcache.stages import Clip, StageCache, stage_cached
 
 
 def main() -> None:
     root, clip_path, markers = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
     real = len(sys.argv) > 4 and sys.argv[4] == "embed"
-    cache = Cache(root)
+    tiers = os.environ.get("STAGE_TIERS")
+    cache = Cache(root, CacheConfig(tiers=tuple(tiers.split(","))) if tiers else None)
     stages = StageCache(cache, lock_wait=60)
+    start_at = float(os.environ.get("STAGE_START_AT", "0"))
+    time.sleep(max(0.0, start_at - time.time()))
     if real:
         from voxcache.stages.embeddings import SpeakerEmbeddings
 

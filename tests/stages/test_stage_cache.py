@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -15,6 +16,7 @@ import pytest
 from voxcache.cache import Cache
 from voxcache.stages import Clip, StageCache, StageInputs, stage_cached
 from voxcache.stages.keys import voice_anchor
+from voxcache.testing.servers import RedisServer, redis_available
 from voxcache.testing.stored import stored_bytes
 
 from .conftest import wav_bytes
@@ -108,6 +110,28 @@ def test_two_processes_extract_once_and_a_restart_keeps_it(tmp_path: Path, cache
                             str(markers)], capture_output=True, text=True, check=True, timeout=120)
     assert json.loads(third.stdout)["cache"] == "hit"  # a new process: read from disk
     assert len(list(markers.iterdir())) == 1
+
+
+def test_two_nodes_extract_once(tmp_path: Path) -> None:
+    """Two nodes (folders of their own, one Redis) asking for one artifact at one instant:
+    the node lease makes one of them extract it, the other reads it from Redis. (Stages used
+    to take the machine's flock but not the node lease: both extracted.)"""
+    if not redis_available():
+        pytest.skip("needs redis-server (Debian package redis-server)")
+    clip = tmp_path / "clip.wav"
+    clip.write_bytes(tone_clip(freq=410.0))
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    with RedisServer(tmp_path / "redis") as redis:
+        env = {**os.environ, "STAGE_TIERS": f"memory,disk,{redis.url}",
+               "STAGE_START_AT": str(time.time() + 4.0)}  # after both processes loaded
+        procs = [subprocess.Popen([sys.executable, str(WORKER), str(tmp_path / node),
+                                   str(clip), str(markers)], stdout=subprocess.PIPE, text=True,
+                                  env=env) for node in ("node-a", "node-b")]
+        outs = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    assert len(list(markers.iterdir())) == 1, "both nodes ran the extractor"
+    assert sorted(o["cache"] for o in outs) in (["joined", "miss"], ["hit", "miss"])
+    assert {o["tier"] for o in outs} <= {"extractor", "redis"}
 
 
 def test_another_tenants_key_reads_like_an_absent_one(stages: StageCache, cache: Cache,

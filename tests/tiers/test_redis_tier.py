@@ -115,7 +115,7 @@ def test_names_voxcache_never_makes_are_refused_without_a_call(tier, redis_serve
 
 def test_large_entries_without_an_object_tier_are_not_stored(tier):
     big = make_audio_entry(9, frames=200_000)  # 400 KB > 256 KB inline
-    assert tier.put(big) is False
+    assert tier.put(big) is None
     assert tier.get(big.header.key) is None
     assert tier.stats()["counts"]["too_large"] == 1
 
@@ -140,7 +140,7 @@ def test_a_full_redis_refuses_the_write_and_still_serves(fresh_redis):
         assert tier.put(small)
         stored = 0
         for i in range(100, 130):  # ~230 KB each: Redis fills up within a few
-            stored += tier.put(make_audio_entry(i, frames=115_000))
+            stored += tier.put(make_audio_entry(i, frames=115_000)) is not None
         assert 0 < stored < 30
         assert tier.stats()["counts"]["full_errors"] >= 1
         assert tier.get(small.header.key).blob == small.blob  # reads go on

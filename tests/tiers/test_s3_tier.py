@@ -14,6 +14,7 @@ import pytest
 import soundfile
 from botocore.awsrequest import AWSResponse
 
+from voxcache.entry import Entry
 from voxcache.errors import TierUnavailable
 from voxcache.testing.servers import MotoS3Server
 from voxcache.testing.tier_contract import make_audio_entry, make_blob_entry
@@ -85,16 +86,17 @@ def test_the_first_writer_wins(tier, s3_env):
 
 def test_simultaneous_writers_leave_one_verified_take(tier, s3_env):
     takes = [make_audio_entry(6, frames=50_000) for _ in range(8)]
-    results: list[bool] = []
+    results: list[Entry | None] = []
     threads = [threading.Thread(target=lambda t=t: results.append(tier.put(t)))
                for t in takes]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert results == [True] * 8
+    assert len(results) == 8 and all(result is not None for result in results)
     stored = _object(s3_env, tier, takes[0].header.key)["Body"].read()
     assert stored in {take.blob for take in takes}
+    assert {result.blob for result in results} == {stored}  # every writer learns the winner
     assert tier.get(takes[0].header.key).blob == stored
 
 

@@ -42,22 +42,22 @@ class Pipeline(Protocol):
     def lookup(self, key: str) -> tuple[Entry, str] | None:
         """(entry, tier) from the fastest tier holding ``key`` (promoted upwards)."""
 
-    def reread(self, key: str) -> Entry | None:
-        """A read below the memory tier (after a lock: another process may have stored it)."""
-
     def lock(self, key: str) -> AbstractContextManager[bool]:
         """The key's cross-process lock; yields False when it could not be had in time."""
 
     def render(self, resolved: ResolvedRequest) -> Iterator[Audio]:
         """The engine's chunks for ``resolved``, rendered in a render slot and counted."""
 
-    def store(self, key: str, audio: Audio, resolved: ResolvedRequest,
-              **meta: Any) -> tuple[Entry, bool]:
-        """Build the take's entry and write it through every tier: (entry, stored)."""
+    def store(self, entry: Entry, resolved: ResolvedRequest) -> tuple[Entry, bool]:
+        """Publish a sealed take: (the key's take now — ours, or the one published first
+        — and whether it is stored)."""
+
+    def seal(self, key: str, audio: Audio, resolved: ResolvedRequest, **meta: Any) -> Entry:
+        """The take's stored form, not yet written anywhere."""
 
     def render_once(self, resolved: ResolvedRequest, key: str, started: float,
-                    progress: Progress) -> Result:
-        """Render ``key`` once however many ask (single flight, lock, slot, store)."""
+                    progress: Progress, join: bool = True) -> Result:
+        """Render ``key`` once however many ask (flight, lock, slot, publication)."""
 
     def hit(self, resolved: ResolvedRequest, key: str, found: tuple[Entry, str],
             started: float) -> Result:

@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass, replace
 
 from ..audio import Audio
+from ..engine import joined
 from ..entry import audio_entry
 from ..errors import InvalidParameter
 from ..key import derived_key
@@ -115,7 +116,7 @@ def bypass(pipeline: Pipeline, resolved: ResolvedRequest, key: str, started: flo
     """Render a fresh take and store nothing (the ``bypass`` policy and cache mode)."""
     progress.begin("bypass", "engine")
     chunks = []
-    for chunk in pipeline.render(resolved):
+    for chunk in joined(pipeline.render(resolved), pipeline.engine.segment_gap):
         chunks.append(chunk)
         progress.chunk(chunk)
     pipeline.count("bypasses")

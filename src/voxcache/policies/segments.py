@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from ..audio import Audio
-from ..engine import Engine
+from ..engine import Engine, JoinRule, joined
 from ..errors import EngineError, InvalidParameter, UnsupportedFeature
 from ..key import digest
 from ..outcome import NO_PROGRESS, Progress, Result, seconds_since
@@ -97,12 +97,14 @@ def plan(pipeline: Pipeline, resolved: ResolvedRequest) -> list[Segment] | None:
 class _InOrder(dict[str, Audio]):
     """Segment audio by key that hands each sentence to ``progress`` in request order, as
     soon as it and every sentence before it exist (a stored third sentence waits for a
-    rendered second one; stored leading sentences go at once)."""
+    rendered second one; stored leading sentences go at once), under the engine's join
+    rule."""
 
-    def __init__(self, segments: list[Segment], progress: Progress) -> None:
+    def __init__(self, segments: list[Segment], progress: Progress, gap: float) -> None:
         super().__init__()
         self._segments = segments
         self._progress = progress
+        self._rule = JoinRule(gap)
         self._next = 0
 
     def __setitem__(self, key: str, value: Audio) -> None:
@@ -111,14 +113,15 @@ class _InOrder(dict[str, Audio]):
 
     def flush(self) -> None:
         while self._next < len(self._segments) and self._segments[self._next].key in self:
-            self._progress.chunk(self[self._segments[self._next].key])
+            self._progress.chunk(self._rule(self[self._segments[self._next].key]))
             self._next += 1
 
 
 def serve(pipeline: Pipeline, resolved: ResolvedRequest, key: str, started: float,
           segments: list[Segment] | None = None,
           progress: Progress = NO_PROGRESS) -> Result | None:
-    """Serve a whole-request miss from segments; None when segment mode does not apply.
+    """Make a whole-request miss from segments (sealed, for the caller to publish); None
+    when segment mode does not apply.
 
     ``progress`` hears how the request is served once the stored sentences are known,
     then every sentence in order as it becomes available — stored ones at once, rendered
@@ -136,7 +139,7 @@ def serve(pipeline: Pipeline, resolved: ResolvedRequest, key: str, started: floa
     hit_keys = set(stored_audio)
     stored = sum(1 for s in segments if s.key in hit_keys)
     progress.begin(*_how(stored, len(segments)), (stored, len(segments) - stored))
-    audio = _InOrder(segments, progress)
+    audio = _InOrder(segments, progress, pipeline.engine.segment_gap)
     audio.update(stored_audio)
     audio.flush()
     missing = list(dict.fromkeys(s.key for s in segments if s.key not in audio))
@@ -149,14 +152,14 @@ def serve(pipeline: Pipeline, resolved: ResolvedRequest, key: str, started: floa
     for seg in segments:
         pipeline.asked(seg.resolved, seg.key, seg.key in hit_keys, kind="segment")
     stitched = stitch([audio[s.key] for s in segments], pipeline.engine.segment_gap)
-    entry, was_stored = pipeline.store(key, stitched, resolved)
     how, tier = _how(hits, len(segments))
     if how == "partial":
         pipeline.count("partials")
     elif how == "miss":
         pipeline.count("misses")
-    return Result(entry, key, how, tier, seconds_since(started), was_stored,
-                  segments_hit=hits, segments_rendered=len(segments) - hits)
+    return Result(pipeline.seal(key, stitched, resolved), key, how, tier,
+                  seconds_since(started), False, segments_hit=hits,
+                  segments_rendered=len(segments) - hits)
 
 
 def _how(hits: int, total: int) -> tuple[str, str]:
@@ -167,18 +170,8 @@ def _how(hits: int, total: int) -> tuple[str, str]:
 
 
 def stitch(parts: list[Audio], gap: float) -> Audio:
-    """Join sentence takes with the engine's own silence between them."""
-    if gap <= 0 or len(parts) < 2:
-        return Audio.join(parts)
-    first = parts[0]
-    silence = Audio(b"\0\0" * first.channels * round(gap * first.sample_rate),
-                    first.sample_rate, first.channels)
-    joined: list[Audio] = []
-    for i, part in enumerate(parts):
-        if i:
-            joined.append(silence)
-        joined.append(part)
-    return Audio.join(joined)
+    """Join sentence takes under the engine's join rule (``engine.JoinRule``)."""
+    return Audio.join(list(joined(parts, gap)))
 
 
 def _fill(pipeline: Pipeline, resolved: ResolvedRequest, segments: list[Segment],
@@ -195,7 +188,7 @@ def _fill(pipeline: Pipeline, resolved: ResolvedRequest, segments: list[Segment]
         rendered = _lead(pipeline, resolved, segments, by_key, led, audio)
     for seg_key, flight in followed.items():
         try:
-            shared: Result = flight.future.result(timeout=pipeline.lock_wait)
+            shared: Result = flight.wait(pipeline.lock_wait)
             audio[seg_key] = shared.entry.audio()
             pipeline.count("joins")
         except TimeoutError:  # a stuck leader: a duplicate render beats a stuck request
@@ -213,29 +206,29 @@ def _lead(pipeline: Pipeline, resolved: ResolvedRequest, segments: list[Segment]
             todo: list[Segment] = []
             for seg_key in sorted(led):
                 locked = stack.enter_context(pipeline.lock(seg_key))
-                entry = pipeline.reread(seg_key) if locked else None
-                if entry is not None:  # another process rendered it while we waited
-                    audio[seg_key] = entry.audio()
-                    led[seg_key].future.set_result(
-                        Result(entry, seg_key, "joined", "disk", 0.0))
+                found = pipeline.lookup(seg_key) if locked else None
+                if found is not None:  # another process rendered it while we waited
+                    audio[seg_key] = found[0].audio()
+                    led[seg_key].land(Result(found[0], seg_key, "joined", found[1], 0.0))
                 else:
                     todo.append(by_key[seg_key])
             todo.sort(key=lambda s: s.index)
             return _render_into(pipeline, resolved, segments, todo, led, audio)
     except BaseException as exc:
         for flight in led.values():
-            if not flight.future.done():
-                flight.future.set_exception(exc)
+            flight.fail(exc)
         raise
     finally:
         for seg_key, flight in led.items():
-            pipeline.flights.land(seg_key, flight)
+            pipeline.flights.done(seg_key, flight)
 
 
 def _render_into(pipeline: Pipeline, resolved: ResolvedRequest, segments: list[Segment],
                  todo: list[Segment], flights: dict[str, Flight],
                  audio: dict[str, Audio]) -> set[str]:
-    """Render ``todo``, store each segment and complete its flight as soon as it exists."""
+    """Render ``todo``; each segment's flight is settled as soon as its take exists, then
+    the take is published and the published one (ours, or another node's that was first)
+    is what the stitch uses."""
     if not todo:
         return set()
     wanted = {s.index for s in todo}
@@ -243,14 +236,15 @@ def _render_into(pipeline: Pipeline, resolved: ResolvedRequest, segments: list[S
         if seg.index not in wanted or seg.key in audio:
             continue
         started = time.perf_counter()
-        entry, stored = pipeline.store(seg.key, chunk, seg.resolved)
+        ours = pipeline.seal(seg.key, chunk, seg.resolved)
+        flight = flights[seg.key]
+        flight.chunk(chunk)
+        flight.settle(Result(ours, seg.key, "miss", "engine", seconds_since(started)))
+        entry, stored = pipeline.store(ours, seg.resolved)
         if pipeline.engine.segments_context_free:  # its key is a request key: keep its lineage
             pipeline.remember(seg.resolved, seg.key)
-        flight = flights[seg.key]
-        flight.publish(chunk)
-        flight.future.set_result(Result(entry, seg.key, "miss", "engine",
-                                        seconds_since(started), stored))
-        audio[seg.key] = chunk
+        flight.land(Result(entry, seg.key, "miss", "engine", seconds_since(started), stored))
+        audio[seg.key] = chunk if entry is ours else entry.audio()
     lost = [s.key for s in todo if s.key not in audio]
     if lost:
         raise EngineError(f"engine {pipeline.engine.id!r} returned no audio for "

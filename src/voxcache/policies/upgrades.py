@@ -177,7 +177,7 @@ class Upgrades:
         if old is None:
             return None
         self.revalidator.submit(key, lambda: pipeline.render_once(
-            resolved, key, time.perf_counter(), NO_PROGRESS))
+            resolved, key, time.perf_counter(), NO_PROGRESS, join=False))
         pipeline.count("stale")
         return Result(old[0], found[0], "stale", old[1], seconds_since(started))
 

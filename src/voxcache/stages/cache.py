@@ -7,10 +7,11 @@
 2. the fastest tier holding it answers (memory, then disk — and whatever shared
    tiers the stack has), verified like every entry (``tensors.decode_tensor_entry``),
    and only if it belongs to the caller's tenant;
-3. a miss joins the key's flight in this process or leads it; the leader takes the
-   key's cross-process lock, looks at the disk again (another process may have
-   extracted it meanwhile), and only then runs the extractor — once;
-4. the artifact is written through every tier as a safetensors file that records the
+3. a miss takes the load-once path every take takes (``voxcache.loading``): it joins
+   the key's flight in this process or leads it; the leader takes the key's lock (the
+   machine's flock, then the node lease), looks at the tiers again (another process or
+   node may have extracted it meanwhile), and only then runs the extractor — once;
+4. the artifact is published through every tier as a safetensors file that records the
    extractor's measured time, so each later hit can count the time it saved.
 
 ``session`` artifacts (decoder state) are kept in memory only: they are large,
@@ -32,7 +33,9 @@ import numpy as np
 
 from ..cache import Cache
 from ..entry import Entry
-from ..singleflight import Flight, FlightGroup, key_lock
+from ..loading import Loader, Made, loader_of
+from ..outcome import Progress
+from ..singleflight import FlightGroup
 from ..tensors import as_numpy, load_tensors, tensor_entry
 from .clip import Clip
 from .keys import ANCHOR_KIND, DEFAULT_TENANT, StageInputs, voice_anchor
@@ -89,39 +92,36 @@ class StageCache:
     """Stage artifacts in a ``Cache``'s tiers: keyed by content, shared, single-flight."""
 
     def __init__(self, cache: Cache, *, lock_wait: float = DEFAULT_LOCK_WAIT,
-                 flights: FlightGroup | None = None, ttl: float | None = None) -> None:
+                 ttl: float | None = None) -> None:
         self.cache = cache
         self.lock_wait = lock_wait
-        self.flights = flights or FlightGroup()
+        self.loader: Loader = loader_of(cache)
         self.ttl = ttl
         self._counts: dict[str, int] = {}
         self._count_lock = threading.Lock()
         self._sessions: dict[str, set[str]] = {}
         """Voice anchor → keys of memory-only artifacts derived from it (for listing)."""
 
+    @property
+    def flights(self) -> FlightGroup:
+        """The flights in progress, by key (shared with the takes of this cache)."""
+        return self.loader.flights
+
     # -- the path ------------------------------------------------------------------
     def get_or_compute(self, inputs: StageInputs, compute: Callable[[], Any],
                        *, ttl: float | None = None) -> StageResult:
         """The artifact for ``inputs``; ``compute()`` runs only if no tier has it (and no
-        other caller, here or in another process, is computing it)."""
-        started = time.perf_counter()
-        key = inputs.key()
-        found = self._read(key, inputs)
-        if found is not None:
-            return self._hit(found, key, inputs.kind, started)
-        flight, leader = self.flights.join_or_lead(key)
-        if not leader:
-            return self._follow(flight, inputs, key, compute, ttl, started)
-        try:
-            result = self._lead(inputs, key, compute, ttl, started)
-        except BaseException as exc:
-            flight.future.set_exception(exc)
-            raise
-        else:
-            flight.future.set_result(result)
-            return result
-        finally:
-            self.flights.land(key, flight)
+        other caller, here, in another process or on another node, is computing it)."""
+        recipe = _Artifact(self, inputs, compute, ttl)
+        result, how = self.loader.load(inputs.key(), inputs.kind, recipe, wait=self.lock_wait,
+                                       private=inputs.kind in MEMORY_ONLY_KINDS)
+        if how == "joined":
+            self._count(inputs.kind, joins=1)
+            result = replace(result, cache="joined",
+                             seconds=time.perf_counter() - recipe.started)
+        elif how == "made" and inputs.kind in MEMORY_ONLY_KINDS:
+            self._remember_session(inputs, result.entry)
+        return result
 
     def put(self, inputs: StageInputs, value: Any, *, compute_seconds: float = 0.0,
             ttl: float | None = None) -> StageResult:
@@ -156,21 +156,6 @@ class StageCache:
             return None
         return self._hit(found, key, kind, started)
 
-    def _read(self, key: str, inputs: StageInputs) -> tuple[Entry, str] | None:
-        if inputs.kind in MEMORY_ONLY_KINDS:
-            entry = self.cache.memory.get(key, inputs.kind)
-            found = None if entry is None else (entry, "memory")
-        else:
-            found = self.cache.get(key, inputs.kind)
-        if found is None:
-            return None
-        entry = found[0]
-        # The key holds the tenant, so this never differs for entries voxcache wrote; it
-        # is the second wall, for a file planted under another tenant's key.
-        if entry.header.kind != inputs.kind or _tenant_of(entry) != inputs.tenant:
-            return None
-        return found
-
     def _hit(self, found: tuple[Entry, str], key: str, kind: str,
              started: float) -> StageResult:
         entry, tier = found
@@ -179,50 +164,17 @@ class StageCache:
         return StageResult(_artifact_of(entry), key, "hit", tier,
                            time.perf_counter() - started, entry)
 
-    def _follow(self, flight: Flight, inputs: StageInputs, key: str,
-                compute: Callable[[], Any], ttl: float | None, started: float) -> StageResult:
-        try:
-            shared: StageResult = flight.future.result(timeout=self.lock_wait)
-        except TimeoutError:  # the leader is stuck: a duplicate extraction beats waiting
-            return self._compute(inputs, key, compute, ttl, started)
-        self._count(inputs.kind, joins=1)
-        return replace(shared, cache="joined", seconds=time.perf_counter() - started)
-
-    def _lead(self, inputs: StageInputs, key: str, compute: Callable[[], Any],
-              ttl: float | None, started: float) -> StageResult:
-        if inputs.kind in MEMORY_ONLY_KINDS:
-            return self._compute(inputs, key, compute, ttl, started)
-        with key_lock(self.cache.locks, key, self.lock_wait,
-                      on_fault=self.cache.lock_fault) as locked:
-            if locked:
-                entry = self.cache.read_disk(key, inputs.kind)
-                if entry is not None and _tenant_of(entry) == inputs.tenant:
-                    self._count(inputs.kind, joins=1)
-                    return StageResult(_artifact_of(entry), key, "joined", "disk",
-                                       time.perf_counter() - started, entry)
-            return self._compute(inputs, key, compute, ttl, started)
-
-    def _compute(self, inputs: StageInputs, key: str, compute: Callable[[], Any],
-                 ttl: float | None, started: float) -> StageResult:
-        began = time.perf_counter()
-        artifact = Artifact.of(compute(), inputs.kind)
-        seconds = time.perf_counter() - began
-        entry = tensor_entry(key, inputs.kind, artifact.tensors,
-                             ttl=ttl if ttl is not None else self.ttl,
-                             meta=_meta(inputs, artifact, seconds))
-        self._store(entry, inputs)
-        self._count(inputs.kind, misses=1, bytes=entry.size, compute_us=int(seconds * 1e6))
-        return StageResult(artifact, key, "miss", "extractor", time.perf_counter() - started,
-                           entry)
-
     def _store(self, entry: Entry, inputs: StageInputs) -> None:
         if inputs.kind in MEMORY_ONLY_KINDS:
-            self.cache.memory.put(entry, tenant=inputs.tenant)
-            if inputs.anchor:
-                with self._count_lock:
-                    self._sessions.setdefault(inputs.anchor, set()).add(entry.header.key)
+            self.cache.memory.replace(entry, tenant=inputs.tenant)
+            self._remember_session(inputs, entry)
         else:
             self.cache.put(entry, tenant=inputs.tenant)
+
+    def _remember_session(self, inputs: StageInputs, entry: Entry) -> None:
+        if inputs.anchor:
+            with self._count_lock:
+                self._sessions.setdefault(inputs.anchor, set()).add(entry.header.key)
 
     # -- voices --------------------------------------------------------------------
     def voice_artifacts(self, tenant: str, fingerprint: str) -> list[tuple[str, str]]:
@@ -261,6 +213,55 @@ class StageCache:
         with self._count_lock:
             return {kind: {name: self._counts.get(f"stage_{kind}_{name}", 0)
                            for name in _COUNTERS} for kind in STAGE_KINDS}
+
+
+class _Artifact:
+    """What a stage artifact is made of, for the load-once path (``loading.Recipe``)."""
+
+    def __init__(self, stages: StageCache, inputs: StageInputs, compute: Callable[[], Any],
+                 ttl: float | None) -> None:
+        self.stages = stages
+        self.inputs = inputs
+        self.compute = compute
+        self.ttl = ttl
+        self.started = time.perf_counter()
+
+    def found(self, entry: Entry, tier: str, inside_lock: bool) -> StageResult | None:
+        # The key holds the tenant, so this never differs for entries voxcache wrote; it
+        # is the second wall, for a file planted under another tenant's key.
+        inputs = self.inputs
+        if not self._belongs(entry):
+            return None
+        if inside_lock:
+            self.stages._count(inputs.kind, joins=1)
+            return StageResult(_artifact_of(entry), entry.header.key, "joined", tier,
+                               time.perf_counter() - self.started, entry)
+        return self.stages._hit((entry, tier), entry.header.key, inputs.kind, self.started)
+
+    def make(self, sink: Progress) -> Made[StageResult]:
+        inputs, stages = self.inputs, self.stages
+        began = time.perf_counter()
+        artifact = Artifact.of(self.compute(), inputs.kind)
+        seconds = time.perf_counter() - began
+        entry = tensor_entry(inputs.key(), inputs.kind, artifact.tensors,
+                             ttl=self.ttl if self.ttl is not None else stages.ttl,
+                             meta=_meta(inputs, artifact, seconds))
+        stages._count(inputs.kind, misses=1, bytes=entry.size, compute_us=int(seconds * 1e6))
+        result = StageResult(artifact, entry.header.key, "miss", "extractor",
+                             time.perf_counter() - self.started, entry)
+        return Made(result, entry, inputs.tenant)
+
+    def published(self, made: StageResult, held: Entry | None) -> StageResult:
+        if held is None or held is made.entry or held.blob == made.entry.blob or (
+                not self._belongs(held)):  # never another tenant's
+            return made
+        return replace(made, artifact=_artifact_of(held), entry=held)  # published first
+
+    def _belongs(self, entry: Entry) -> bool:
+        return entry.header.kind == self.inputs.kind and _tenant_of(entry) == self.inputs.tenant
+
+    def joined(self, value: StageResult, sink: Progress, replayed: int) -> StageResult:
+        return value
 
 
 def stage_cached(stages: StageCache, *, kind: str, extractor: str, revision: str,

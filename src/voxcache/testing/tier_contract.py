@@ -33,9 +33,10 @@ from ..tiers.base import Tier, TierHealth
 
 
 def make_audio_entry(i: int, frames: int = 2000, ttl: float | None = None,
-                     tenant: str = "default") -> Entry:
-    """A small, distinct audio entry under key ``f"{i:064x}"``."""
-    pcm = (np.arange(frames) * (i + 1) % 2000 - 1000).astype("<i2").tobytes()
+                     tenant: str = "default", take: int = 0) -> Entry:
+    """A small, distinct audio entry under key ``f"{i:064x}"`` (``take``: another render
+    of the same key, with other samples, as an unseeded engine makes)."""
+    pcm = ((np.arange(frames) * (i + 1) + take * 7) % 2000 - 1000).astype("<i2").tobytes()
     return audio_entry(f"{i:064x}", Audio(pcm, 16000), ttl=ttl,
                        meta={"tenant": tenant, "text": f"entry {i}"})
 
@@ -75,7 +76,8 @@ class TierContract:
 
     def test_a_put_entry_reads_back_byte_for_byte(self, tier: Tier) -> None:
         entry = make_audio_entry(1)
-        assert tier.put(entry, tenant="default") is True
+        held = tier.put(entry, tenant="default")
+        assert held is not None and held.blob == entry.blob  # the take held: this one
         got = tier.get(entry.header.key)
         assert got is not None
         assert got.blob == entry.blob and got.header == entry.header
@@ -142,6 +144,48 @@ class TierContract:
             t.join()
         assert errors == []
         assert seen and all(blob == entry.blob for blob in seen)
+
+    # -- one key, one take -----------------------------------------------------------
+    def test_the_first_writer_wins_and_a_later_take_learns_which(self, tier: Tier) -> None:
+        first, second = make_audio_entry(20), make_audio_entry(20, take=1)
+        assert first.blob != second.blob and first.header.key == second.header.key
+        assert tier.put(first).blob == first.blob  # type: ignore[union-attr]
+        held = tier.put(second)  # a duplicate render of the same key, another take
+        assert held is not None and held.blob == first.blob, "a later take replaced the first"
+        assert tier.get(first.header.key).blob == first.blob  # type: ignore[union-attr]
+
+    def test_replace_holds_the_published_take_whatever_was_there(self, tier: Tier) -> None:
+        ours, published = make_audio_entry(21, take=1), make_audio_entry(21, take=2)
+        tier.put(ours)
+        assert tier.replace(published) is True
+        assert tier.get(ours.header.key).blob == published.blob  # type: ignore[union-attr]
+        assert tier.put(ours).blob == published.blob  # type: ignore[union-attr]
+        fresh = make_audio_entry(22)
+        assert tier.replace(fresh) is True  # nothing held before: held now
+        assert tier.get(fresh.header.key).blob == fresh.blob  # type: ignore[union-attr]
+
+    def test_concurrent_writers_of_different_takes_all_learn_one(self, tier: Tier) -> None:
+        takes = [make_audio_entry(23, frames=20000, take=n) for n in range(8)]
+        answers: list[bytes | None] = [None] * len(takes)
+        errors: list[BaseException] = []
+        start = threading.Barrier(len(takes))
+
+        def work(n: int) -> None:
+            try:
+                start.wait()
+                held = tier.put(takes[n])
+                answers[n] = None if held is None else held.blob
+            except BaseException as exc:  # collected and re-raised below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(len(takes))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert len(set(answers)) == 1 and answers[0] is not None, "writers disagree"
+        assert tier.get(takes[0].header.key).blob == answers[0]  # type: ignore[union-attr]
 
     # -- integrity ----------------------------------------------------------------------
     def test_a_damaged_object_is_never_served(self, tier: Tier) -> None:

@@ -10,8 +10,11 @@ for, so the stack never has to.
 - **read order and promotion**: the fastest tier first; a hit in a slower tier is
   copied into the faster ones above it (unless a delete happened meanwhile: a
   read that raced a delete must not bring the deleted take back);
-- **write-through**: a take goes to every tier; it counts as *stored* once a
-  durable tier (one that survives the process) has it;
+- **publication**: a take goes to every tier, and every tier keeps the first
+  writer's take of a key; with shared tiers their answer decides (``tiers.publish``,
+  the deepest first) and this folder and this process follow it, so a duplicate render
+  (a lease that failed open) never leaves two takes of one key in service. It counts as
+  *stored* once a durable tier (one that survives the process) has it;
 - **fail open**: a tier that raises is a miss (or a skipped write) for that call,
   never an error for the caller; it is counted, logged once per cause, and after
   ``BREAKER_FAILURES`` failures in a row it is left alone for a back-off period
@@ -32,6 +35,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..entry import Entry
 from .faults import FaultLog
+from .publish import Publisher, same_take
 
 T = TypeVar("T")
 
@@ -68,8 +72,13 @@ class Tier(Protocol):
         """The verified, unexpired entry, or None."""
 
     def put(self, entry: Entry, *, tenant: str = "", pinned: bool = False,
-            pin_until: float | None = None) -> bool:
-        """Store an entry; True when the tier holds it afterwards."""
+            pin_until: float | None = None) -> Entry | None:
+        """Store ``entry`` unless a live take of its key is held (first writer wins); the
+        take held afterwards — ``entry`` or the earlier writer's — or None if not stored."""
+
+    def replace(self, entry: Entry, *, tenant: str = "") -> bool:
+        """Hold ``entry`` under its key whatever was held (a process adopting the take the
+        shared tiers published); True if it is held afterwards."""
 
     def delete(self, key: str, kind: str | None = "audio") -> bool:
         """Remove an entry; True if it was there. ``None`` (private tiers only, see
@@ -114,22 +123,32 @@ class _Breaker:
 
 
 class TierStack:
-    """Tiers in read order (fastest first), with promotion, write-through and fail-open."""
+    """Tiers in read order (fastest first), with promotion, publication and fail-open."""
 
     def __init__(self, tiers: Sequence[Tier], faults: FaultLog,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *,
+                 publisher: Publisher | None = None,
+                 on_adopt: Callable[[Entry], None] | None = None) -> None:
         if not tiers:
             raise ValueError("a tier stack needs at least one tier")
         self.tiers = list(tiers)
-        self._write_order = sorted(self.tiers, key=lambda tier: not tier.durable)
-        """Write-through order: the durable tiers first (they are what survives)."""
+        self.publisher = publisher
+        """The shared tiers' publication (None: no shared tier)."""
+        shared = set(map(id, publisher.tiers)) if publisher is not None else set()
+        self._local = [tier for tier in self.tiers if id(tier) not in shared]
+        self._local_durable = [tier for tier in self._local if tier.durable]
+        self._private = [tier for tier in self._local if not tier.durable]
         self._durable = any(tier.durable for tier in self.tiers)
         self._faults = faults
         self._clock = clock
         self._breakers = {tier.name: _Breaker() for tier in self.tiers}
         self._lock = threading.Lock()
+        self._on_adopt = on_adopt or (lambda entry: None)
         self.generation = 0
-        """Deletes seen so far: a lower-tier hit read before a delete is not promoted."""
+        """Deletes and adoptions seen so far: a lower-tier hit read before one is not
+        promoted."""
+        if publisher is not None:
+            publisher.bind(self.call, self.adopt)
 
     def by_name(self, name: str) -> Tier | None:
         """The tier called ``name``, if the stack has one."""
@@ -150,26 +169,68 @@ class TierStack:
         return None
 
     def promote(self, entry: Entry, depth: int) -> None:
-        """Copy an entry found at ``depth`` into every faster tier."""
-        for tier in self.tiers[:depth]:
-            self.call(tier, "promote", lambda t=tier: t.put(entry), False)
+        """Copy an entry found at ``depth`` into every faster tier: the local ones now,
+        the shared ones above it through the publisher (it is the key's take already)."""
+        above = self.tiers[:depth]
+        for tier in above:
+            if tier in self._local:
+                self.call(tier, "promote", lambda t=tier: t.put(entry), None)
+        if self.publisher is not None and any(t not in self._local for t in above):
+            found = self.tiers[depth]
+            self.publisher.submit(entry, below=self.publisher.tiers.index(found))
 
     # -- writes ----------------------------------------------------------------------
     def put(self, entry: Entry, *, tenant: str = "", pinned: bool = False,
-            pin_until: float | None = None) -> bool:
-        """Write through every tier, the durable ones first (they are what survives);
-        True once a durable tier holds it (the fastest tier, if none is durable)."""
-        stored = False
-        for tier in self._write_order:
-            held = self.call(tier, "put", lambda t=tier: t.put(
-                entry, tenant=tenant, pinned=pinned, pin_until=pin_until), False)
-            if tier.durable:
-                stored = stored or held
-        if not self._durable:
-            first = self.tiers[0]
-            return self.call(first, "contains", lambda: first.contains(
-                entry.header.key, entry.header.kind), False)
-        return stored
+            pin_until: float | None = None, wait: float = 0.0) -> Entry | None:
+        """Publish a take: the shared tiers (waiting up to ``wait`` seconds for their
+        answer), then this folder, then memory. Returns the take of the key held now —
+        ``entry``, or the one published first — once a durable tier holds it, else None.
+
+        With the shared tiers' answer in time, this folder holds what they hold (another
+        node's take replaces one another process here stored); without it, the folder's
+        first writer wins here and the publisher adopts the shared tiers' take when it
+        comes (``adopt``)."""
+        publisher = self.publisher
+        queued = published = None
+        if publisher is not None and wait > 0:
+            queued, published = entry, publisher.submit(entry, tenant, wait=wait)
+        winner = entry if published is None else published
+        held: Entry | None = published
+        for tier in self._local_durable:
+            got = self.call(tier, "put", lambda t=tier, w=winner: t.put(
+                w, tenant=tenant, pinned=pinned, pin_until=pin_until), None)
+            if got is not None and not same_take(got, winner):
+                if published is None:
+                    winner = got  # another process of this machine published first
+                elif self.call(tier, "replace", lambda t=tier, w=winner: t.replace(
+                        w, tenant=tenant), False):
+                    got = winner
+                    self._adopted(winner)
+            held = held or got
+        for tier in self._private:
+            self.call(tier, "put", lambda t=tier, w=winner: t.replace(w, tenant=tenant),
+                      False)
+        if publisher is not None and published is None and (
+                queued is None or not same_take(queued, winner)):
+            publisher.submit(winner, tenant)  # the take this folder holds is the one to share
+        if held is None and not self._durable:  # memory alone: stored once it holds it
+            return winner if any(t.contains(entry.header.key, entry.header.kind)
+                                 for t in self._private) else None
+        return None if held is None else winner
+
+    def adopt(self, ours: Entry, winner: Entry) -> None:
+        """The shared tiers published another take of ``ours``'s key: hold ``winner`` in
+        this folder and this process instead (and tell the other processes here)."""
+        for tier in self._local_durable:
+            self.call(tier, "adopt", lambda t=tier: t.replace(winner), False)
+        for tier in self._private:
+            self.call(tier, "adopt", lambda t=tier: t.replace(winner), False)
+        self._adopted(winner)
+
+    def _adopted(self, winner: Entry) -> None:
+        with self._lock:
+            self.generation += 1
+        self._on_adopt(winner)
 
     def delete(self, key: str, kind: str = "audio") -> bool:
         """Remove ``key`` from every tier; True if any held it."""
@@ -181,6 +242,8 @@ class TierStack:
         return self._delete_from([t for t in self.tiers if not t.durable], key, None)
 
     def _delete_from(self, tiers: Sequence[Tier], key: str, kind: str | None) -> bool:
+        if self.publisher is not None and any(t not in self._local for t in tiers):
+            self.publisher.discard(key)  # a queued write must not bring it back
         with self._lock:
             self.generation += 1
         found = False
@@ -219,11 +282,19 @@ class TierStack:
                     "down", f"{breaker.failures} failures in a row ({breaker.last_error}); "
                     f"retried in {breaker.open_until - now:.1f} s")
                 continue
-            report[tier.name] = self.call(tier, "report health", tier.health,
-                                          TierHealth("down", "health check failed"))
+            health = self.call(tier, "report health", tier.health,
+                               TierHealth("down", "health check failed"))
+            if (health.state == "ok" and tier not in self._local
+                    and self.publisher is not None and self.publisher.shed_recently()):
+                health = TierHealth("degraded", "its write queue is full: takes are served, "
+                                    "not all are shared")
+            report[tier.name] = health
         return report
 
     def close(self) -> None:
-        """Close every tier (a failure to close one does not stop the others)."""
+        """Let queued publications finish, then close every tier (a failure to close one
+        does not stop the others)."""
+        if self.publisher is not None:
+            self.publisher.close()
         for tier in self.tiers:
             self.call(tier, "close", tier.close, None)

@@ -280,24 +280,32 @@ class DiskTier:
 
     # -- writes ------------------------------------------------------------
     def put(self, entry: Entry, *, tenant: str = "", pinned: bool = False,
-            pin_until: float | None = None) -> bool:
-        """Publish an entry; False if it could not be written (disk full, I/O error).
+            pin_until: float | None = None) -> Entry | None:
+        """Publish an entry unless a live take of its key is stored (first writer wins);
+        the take stored afterwards — ``entry``, or the earlier writer's — or None if it
+        could not be written (disk full, I/O error). An expired or damaged take is
+        replaced."""
+        return self._put(entry, tenant, pinned, pin_until, force=False)
 
-        An entry already stored under the key (another writer's take of the same
-        request) counts as stored; an expired or damaged one is replaced.
-        """
+    def replace(self, entry: Entry, *, tenant: str = "") -> bool:
+        """Store ``entry`` whatever is stored under its key (a process adopting the take
+        the shared tiers published); its row replaces the old one. False if not written."""
+        return self._put(entry, tenant, False, None, force=True) is not None
+
+    def _put(self, entry: Entry, tenant: str, pinned: bool, pin_until: float | None,
+             force: bool) -> Entry | None:
         header = entry.header
         path = entry_file(self._objects, header.key, header.kind)
         try:
-            outcome = self._store(path, entry)
+            held = self._store(path, entry, force)
         except OSError as exc:
             self.faults.report("write", exc, "a take could not be stored; served without "
                                "caching")
             self._last_fault = (time.monotonic(), f"a write failed: {os.strerror(exc.errno)}"
                                 if exc.errno else f"a write failed: {exc}")
-            return False
-        if outcome == "exists":
-            return True
+            return None
+        if held is not entry:
+            return held  # another writer's live take: first writer wins
         meta = header.meta
         row = IndexRow(
             key=header.key, kind=header.kind, size=entry.size, created=header.created,
@@ -307,14 +315,14 @@ class DiskTier:
             voice=str(meta.get("voice") or ""), text=str(meta.get("text", ""))[:200],
             parent=str(meta.get("parent") or ""), cost=take_seconds(meta))
         try:
-            self.index.add(row, REQUEST_WAIT, self._still_stored)
+            self.index.add(row, REQUEST_WAIT, self._still_stored, replace=force)
         except sqlite3.Error as exc:
             self._index_fault("write", exc)
             with self._pending_lock:
                 self._deferred.append(row)
         if pinned:
             self._write_pin(header.key, True, pin_until)
-        return True
+        return entry
 
     def _still_stored(self, row: IndexRow) -> bool:
         """Whether ``row``'s entry is stored now (``lifecycle.entry_stored``), asked under
@@ -322,37 +330,43 @@ class DiskTier:
         (a purge from another process, a quarantine while its row waited) leaves no row."""
         return entry_stored(self._objects, self._inline, row.key, row.kind)
 
-    def _store(self, path: str, entry: Entry) -> str:
-        """Publish inline (a small entry of a kind that may be) or as a file: ``new``,
-        ``replaced`` or ``exists``. Whichever holds a live take of the key first wins: a
+    def _store(self, path: str, entry: Entry, force: bool) -> Entry:
+        """Publish inline (a small entry of a kind that may be) or as a file; the take held
+        afterwards. Whichever holds a live take of the key first wins (unless ``force``): a
         file already at the path decides for a small entry, a live record for a large one."""
         key, kind = entry.header.key, entry.header.kind
         if self._inline is None or kind in FILE_KINDS:
-            return self._publish(path, entry)
+            return self._publish(path, entry, force)
         try:
             if not inline_eligible(kind, entry.size):
-                return "exists" if self._live_record(key, kind) else self._publish(path, entry)
+                if force:  # a record would be read before the file: it must go
+                    self._inline.delete(record_name(key, kind))
+                live = None if force else self._live_record(key, kind)
+                return live if live is not None else self._publish(path, entry, force)
             if os.path.lexists(path):
-                return self._publish(path, entry)
-            return self._inline.put(record_name(key, kind), entry.blob,
-                                    lambda existing: self._keep(existing, key, kind))
+                return self._publish(path, entry, force)
+            kept: list[Entry] = []
+            self._inline.put(record_name(key, kind), entry.blob,
+                             lambda existing: self._keep(existing, key, kind, kept, force))
+            return kept[0] if kept else entry
         except InlineDamaged as exc:
             self._inline_damaged(exc)
         except InlineUnavailable as exc:
             self.faults.report("inline write", exc, "the inline store cannot take a write; "
                                "stored as a file")
-        return self._publish(path, entry)
+        return self._publish(path, entry, force)
 
-    def _live_record(self, key: str, kind: str) -> bool:
+    def _live_record(self, key: str, kind: str) -> Entry | None:
         blob = self._inline.get(record_name(key, kind)) if self._inline else None
         if blob is None:
-            return False
+            return None
         entry = self._verified(blob, key, kind, inline=True)
-        return entry is not None and not entry.header.expired(self._clock())
+        return None if entry is None or entry.header.expired(self._clock()) else entry
 
-    def _keep(self, existing: bytes, key: str, kind: str) -> bool:
-        """Inside a write: whether the record already there is a live take (first writer
-        wins); a damaged one is set aside for inspection and replaced."""
+    def _keep(self, existing: bytes, key: str, kind: str, kept: list[Entry],
+              force: bool) -> bool:
+        """Inside a write: whether the record already there is a live take to keep (first
+        writer wins; it goes into ``kept``); a damaged one is set aside and replaced."""
         try:
             entry = decode(existing, key)
         except CorruptEntry as exc:
@@ -361,11 +375,15 @@ class DiskTier:
         if entry.header.kind != kind:
             self._set_aside(key, kind, existing, f"holds a {entry.header.kind!r} entry")
             return False
-        return not entry.header.expired(self._clock())
+        if force or entry.header.expired(self._clock()):
+            return False
+        kept.append(entry)
+        return True
 
-    def _publish(self, path: str, entry: Entry) -> str:
-        """Link a temp copy into place: ``new``, ``replaced`` (over an expired or bad
-        file) or ``exists`` (a live entry is already there: first writer wins)."""
+    def _publish(self, path: str, entry: Entry, force: bool = False) -> Entry:
+        """Link a temp copy into place; the take held afterwards: ``entry`` (new, or over an
+        expired or bad file, or over anything with ``force``) or the live take already
+        there (first writer wins)."""
         folder = os.path.dirname(path)
         temp = f"{folder}/{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
@@ -377,23 +395,27 @@ class DiskTier:
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(entry.blob)
+            if force:
+                os.replace(temp, path)
+                return entry
             try:
                 os.link(temp, path)
-                return "new"
+                return entry
             except FileExistsError:
                 pass
             key, kind = entry.header.key, entry.header.kind
             existing = self._read(path, key, kind)  # a bad one is quarantined here
             if existing is not None and not existing.header.expired(self._clock()):
-                return "exists"
+                return existing
             if existing is not None:
                 os.replace(temp, path)  # an expired take gives way to the new one
-                return "replaced"
+                return entry
             try:
                 os.link(temp, path)
-            except FileExistsError:
-                return "exists"  # another writer filled the freed name first
-            return "replaced"
+            except FileExistsError:  # another writer filled the freed name first
+                again = self._read(path, key, kind)
+                return again if again is not None else entry
+            return entry
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp)

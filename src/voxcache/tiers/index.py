@@ -267,13 +267,15 @@ class Index:
         return db.execute(sql, tuple(args)).fetchall()
 
     def add(self, row: IndexRow, wait: float | None = None,
-            stored: Callable[[IndexRow], bool] | None = None) -> bool:
+            stored: Callable[[IndexRow], bool] | None = None, replace: bool = False) -> bool:
         """Insert a row unless the key holds one at least as new (or, with ``stored``, its
-        entry is gone: see ``add_many``); True if inserted."""
-        return self.add_many([row], wait, stored) == 1
+        entry is gone: see ``add_many``); True if inserted. ``replace``: the row replaces
+        the key's row whatever its age (the entry was replaced by the published take)."""
+        return self.add_many([row], wait, stored, replace) == 1
 
     def add_many(self, rows: Iterable[IndexRow], wait: float | None = None,
-                 stored: Callable[[IndexRow], bool] | None = None) -> int:
+                 stored: Callable[[IndexRow], bool] | None = None,
+                 replace: bool = False) -> int:
         """Insert rows in one transaction; return how many went in.
 
         A row replaces the key's row only when it describes a newer take (an expired
@@ -293,8 +295,8 @@ class Index:
             for r in rows:
                 if stored is not None and not stored(r):
                     continue
-                db.execute("DELETE FROM entries WHERE key = ? AND created < ?",
-                           (r.key, r.created))
+                db.execute("DELETE FROM entries WHERE key = ? AND (created < ? OR ?)",
+                           (r.key, r.created, int(replace)))
                 clock, ghost = db.execute(_CLOCK_AND_GHOST, (r.key,)).fetchone()
                 clock = 0.0 if clock is None else float(clock)
                 if ghost is not None:

@@ -33,9 +33,11 @@ LOG_NAME = "invalidations.log"
 LOCK_NAME = "invalidations.lock"
 POLL_SECONDS = 0.1
 ROTATE_BYTES = 8 << 20
-EVENTS = ("delete", "pin", "unpin", "clear", "revision")
+EVENTS = ("delete", "pin", "unpin", "clear", "revision", "adopt")
 """``revision``: an engine's model revision changed (a gateway proxied a weight switch);
-its "key" is the engine id, and ``Cache.on_event`` listeners reload what is in force."""
+its "key" is the engine id, and ``Cache.on_event`` listeners reload what is in force.
+``adopt``: the folder now holds another take of the key (the one the shared tiers
+published): a copy in memory is dropped and read again."""
 
 Apply = Callable[[str, str], None]
 """Called with (event, key) for each change another process made; ``clear`` drops all."""

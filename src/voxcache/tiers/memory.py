@@ -99,16 +99,28 @@ class MemoryTier:
                 items.move_to_end(key)
 
     def put(self, entry: Entry, *, tenant: str = "", pinned: bool = False,
-            pin_until: float | None = None) -> bool:
-        """Store an entry; False when it is larger than the kind's whole budget."""
+            pin_until: float | None = None) -> Entry | None:
+        """Hold ``entry`` unless a live take of its key is held already (first writer
+        wins); the take held afterwards, or None when it is larger than the kind's budget."""
+        return self._hold(entry, pinned, keep_live=True)
+
+    def replace(self, entry: Entry, *, tenant: str = "") -> bool:
+        """Hold ``entry`` whatever was held under its key (adopting the published take)."""
+        return self._hold(entry, False, keep_live=False) is not None
+
+    def _hold(self, entry: Entry, pinned: bool, keep_live: bool) -> Entry | None:
         kind, key, size = entry.header.kind, entry.header.key, entry.size
         budget = self.budget(kind)
         if size > budget:
-            return False
+            return None
         pinned = pinned or (self._is_pinned is not None and self._is_pinned(key))
         with self._lock:
             items = self._items.setdefault(kind, OrderedDict())
-            if key in items:
+            held = items.get(key)
+            if held is not None:
+                if keep_live and not held.header.expired(self._clock()):
+                    items.move_to_end(key)
+                    return held
                 self._remove(kind, key)
             items[key] = entry
             self._bytes[kind] = self._bytes.get(kind, 0) + size
@@ -121,7 +133,7 @@ class MemoryTier:
                 self._remove(kind, _victim(items, self._pinned))
                 self.evictions += 1
             self._relieve_pressure()
-        return True
+        return entry
 
     def limit_total(self, total_budget: int | None) -> None:
         """Bound the bytes held across every kind; over it, the lowest-priority kind gives

@@ -4,8 +4,9 @@
 tiers (``tiers = ["memory", "disk", "redis://…", "s3://…"]``). This module holds what
 comes with them, so the cache itself stays about one folder:
 
-- the shared tiers, each behind a bounded write-behind queue (``tiers.writebehind``)
-  whose writes run under the stack's breakers;
+- the shared tiers and their publisher (``tiers.publish``: one bounded queue whose
+  writes run under the stack's breakers, the deepest tier deciding which take is the
+  key's);
 - with a Redis tier, the cross-node bus (``tiers.bus``: invalidations everywhere, wake-ups)
   and the render leases (``tiers.leases``: one render per key across nodes), both on the
   Redis tier's own client and under its breaker;
@@ -29,8 +30,8 @@ from .bus import Bus, News
 from .factory import FORMS, tiers_from_urls
 from .faults import FaultLog
 from .leases import Leases
+from .publish import DEFAULT_MAX_BYTES, Publisher
 from .remote import redacted
-from .writebehind import DEFAULT_MAX_BYTES, WriteBehind
 
 log = logging.getLogger("voxcache.nodes")
 
@@ -61,30 +62,29 @@ def tier_list(value: str | Iterable[str]) -> tuple[str, ...]:
 
 
 def shared_tiers(tiers: Sequence[str], *, write_queue: int = DEFAULT_MAX_BYTES,
-                 count: Callable[[str, int], None]) -> list[WriteBehind]:
-    """The shared tiers a checked tier list names, each behind its write-behind queue."""
+                 count: Callable[[str, int], None]) -> Publisher | None:
+    """The shared tiers a checked tier list names, with their publisher (None: none)."""
     urls = list(tiers[len(LOCAL_TIERS):])
     if not urls:
-        return []
-    return [WriteBehind(tier, max_bytes=write_queue, count=count)
-            for tier in tiers_from_urls(urls)]
+        return None
+    return Publisher(tiers_from_urls(urls), max_bytes=write_queue, count=count)
 
 
 class Nodes:
     """The shared tiers of one process, and the bus and leases that come with Redis."""
 
-    def __init__(self, shared: list[WriteBehind], stack: TierStack, root: Path, *,
+    def __init__(self, publisher: Publisher | None, stack: TierStack, root: Path, *,
                  apply: Callable[[News], None], count: Callable[[str, int], None],
                  faults: FaultLog) -> None:
-        self.shared = shared
+        self.publisher = publisher
+        self.shared: list[Any] = [] if publisher is None else list(publisher.tiers)
+        shared = self.shared
         self._count = count
-        for tier in shared:
-            tier.run_through(stack.call)
         self.bus: Bus | None = None
         self.leases: Leases | None = None
         redis = next((tier for tier in shared if tier.name == "redis"), None)
         if redis is not None:
-            inner: Any = redis.inner
+            inner: Any = redis
             guard = functools.partial(stack.call, redis)
             self.bus = Bus(inner.client, inner.keys.prefix, root, apply=apply, guard=guard,
                            faults=faults, count=count)
@@ -102,14 +102,14 @@ class Nodes:
             self._folder.start()
 
     def settle(self, key: str, timeout: float) -> bool:
-        """Wait until every shared tier's queued write of ``key`` is done (the render
+        """Wait until the shared tiers' queued writes of ``key`` are done (the render
         lease's holder calls it before it releases); False if ``timeout`` ran out."""
-        return all(tier.wait_for(key, timeout) for tier in self.shared)
+        return self.publisher is None or self.publisher.wait_for(key, timeout)
 
     def discard(self, key: str) -> None:
         """Drop queued writes of ``key`` (a delete from another node must not be undone)."""
-        for tier in self.shared:
-            tier.discard(key)
+        if self.publisher is not None:
+            self.publisher.discard(key)
 
     def publish(self, news: list[News]) -> None:
         """Send news to every node (nothing without Redis)."""
@@ -119,7 +119,7 @@ class Nodes:
     def fold(self) -> None:
         """Add what each shared tier counted since the last fold to the persisted counters."""
         for tier in self.shared:
-            counts = tier.inner.stats().get("counts", {})
+            counts = tier.stats().get("counts", {})
             seen = self._folded.setdefault(tier.name, {})
             for name, value in counts.items():
                 delta = int(value) - seen.get(name, 0)
@@ -144,8 +144,11 @@ class Nodes:
         return {"bus": self.bus.health(), "leases": {"held": self.leases.held()}}
 
     def stats(self) -> dict[str, Any]:
-        """Each shared tier's figures (its counts and its write queue)."""
-        return {tier.name: tier.stats() for tier in self.shared}
+        """Each shared tier's figures (its counts, and the publisher's queue)."""
+        if self.publisher is None:
+            return {}
+        queue = self.publisher.stats()
+        return {tier.name: {**tier.stats(), "write_queue": queue} for tier in self.shared}
 
     def close(self) -> None:
         """Pending lease releases first (they wait for writes and announce on the bus),

@@ -231,35 +231,72 @@ class RedisTier:
 
     # -- writes --------------------------------------------------------------------
     def put(self, entry: Entry, *, tenant: str = "", pinned: bool = False,
-            pin_until: float | None = None) -> bool:
-        """Store an entry (first writer wins); False when it is expired, too large with no
-        object tier, or Redis is full. Pins are not kept here: Redis is a cache that
-        evicts (``allkeys-lfu``); pins live with the local tiers."""
+            pin_until: float | None = None) -> Entry | None:
+        """Store an entry unless a live take of its key is stored (first writer wins); the
+        take held afterwards — ``entry`` or the first writer's — or None when it is expired,
+        too large with no object tier, or Redis is full. Pins are not kept here: Redis is a
+        cache that evicts (``allkeys-lfu``); pins live with the local tiers."""
         key, kind = entry.header.key, entry.header.kind
-        if self._refused(key, kind):
-            return False
-        ttl_ms = self._ttl_ms(entry.header.expires)
-        if ttl_ms is not None and ttl_ms <= 0:
-            return False
-        value = entry.blob if entry.size <= self.inline_limit else self._pointer_to(entry)
+        value = self._value_of(entry)
+        if value is None:
+            return None
+        name = self.keys.entry(key, kind)
+        held = self._store(name, value, key, kind, self._ttl_ms(entry.header.expires))
+        if held is None:
+            return None
+        if held == value and (value is entry.blob or _points_to(value, entry)):
+            return entry  # our take, inline or in the object tier
+        return self._verified(name, held, key, kind)  # the first writer's take
+
+    def replace(self, entry: Entry, *, tenant: str = "") -> bool:
+        """Store ``entry`` whatever is stored under its key (aligning this tier with the take
+        a deeper tier published)."""
+        key, kind = entry.header.key, entry.header.kind
+        value = self._value_of(entry, force=True)
         if value is None:
             return False
-        return self._store(self.keys.entry(key, kind), value, key, kind, ttl_ms)
+        with self._remote("write"):
+            self._connection().set(self.keys.entry(key, kind), value,
+                                   px=self._ttl_ms(entry.header.expires))
+        self.counters.count("replaced")
+        return True
 
-    def _pointer_to(self, entry: Entry) -> bytes | None:
+    def _value_of(self, entry: Entry, force: bool = False) -> bytes | None:
+        """What Redis stores for ``entry``: the entry itself, or a pointer to its object (the
+        object tier's take of the key, which may be an earlier writer's — unless ``force``);
+        None if it cannot be stored here (a name voxcache never makes, expired, too large
+        without an object tier)."""
+        key, kind = entry.header.key, entry.header.kind
+        if self._refused(key, kind):
+            return None
+        ttl_ms = self._ttl_ms(entry.header.expires)
+        if ttl_ms is not None and ttl_ms <= 0:
+            return None
+        return entry.blob if entry.size <= self.inline_limit else self._pointer_to(entry, force)
+
+    def _pointer_to(self, entry: Entry, force: bool = False) -> bytes | None:
         """Store a large entry in the object tier; the pointer value naming it."""
-        if self.object_store is None:
+        store = self.object_store
+        if store is None:
             self.counters.count("too_large")
             return None
         try:
-            ref = self.object_store.store(entry)
+            if force:
+                ref = None if not store.replace(entry) else ObjectRef(
+                    store.object_name(entry.header.key, entry.header.kind), entry.size,
+                    blob_digest(entry.blob))
+            else:
+                ref = store.store(entry)
         except TierUnavailable as exc:
             self.faults.report("object store", exc, "a large take could not be stored in "
                                "the object tier; not shared")
             return None
         return None if ref is None else pointer_blob(entry, ref)
 
-    def _store(self, name: str, value: bytes, key: str, kind: str, ttl_ms: int | None) -> bool:
+    def _store(self, name: str, value: bytes, key: str, kind: str,
+               ttl_ms: int | None) -> bytes | None:
+        """``SET NX``: the value held under ``name`` afterwards (``value``, or the first
+        writer's live value), or None when Redis is full."""
         client = self._connection()
         with self._remote("write"):
             try:
@@ -273,16 +310,16 @@ class RedisTier:
             except OutOfMemoryError as exc:
                 self.faults.report("full", exc, "Redis is full and does not evict (set "
                                    "maxmemory-policy allkeys-lfu); a take was not shared")
-                return False
+                return None
             if old is None:
                 self.counters.count("stores")
-                return True
+                return value
             if self._live(old, key, kind):
-                return True  # another writer's take of the same key: first writer wins
+                return bytes(old)  # another writer's take of the same key: first writer wins
             self._discard(name, old, "replaced", "an expired or bad value gives way")
             client.set(name, value, nx=True, px=ttl_ms)
         self.counters.count("stores")
-        return True
+        return value
 
     def _live(self, value: bytes, key: str, kind: str) -> bool:
         """True when ``value`` verifies as an unexpired entry or pointer of key and kind."""
@@ -396,6 +433,13 @@ def pointer_blob(entry: Entry, ref: ObjectRef) -> bytes:
     ttl = None if header.expires is None else header.expires - header.created
     return blob_entry(header.key, POINTER_KIND, payload, POINTER_TYPE, ttl=ttl,
                       now=header.created).blob
+
+
+def _points_to(value: bytes, entry: Entry) -> bool:
+    """Whether a pointer value we built names ``entry``'s own bytes (not an earlier
+    writer's object)."""
+    record = json.loads(bytes(decode(value, entry.header.key).payload))
+    return bool(record.get("xxh3") == blob_digest(entry.blob))
 
 
 def _pointer_ref(pointer: Entry, kind: str, expected_object: str) -> ObjectRef:

@@ -81,6 +81,9 @@ class ObjectStore(Protocol):
         """Store ``entry`` (first writer wins) and name what is stored under its key now:
         ours, or the live object another writer stored first. None when not stored."""
 
+    def replace(self, entry: Entry, *, tenant: str = "") -> bool:
+        """Store ``entry`` whatever is stored under its key."""
+
     def get(self, key: str, kind: str = "audio") -> Entry | None:
         """The verified, unexpired entry, or None."""
 

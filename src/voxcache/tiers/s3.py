@@ -197,10 +197,28 @@ class S3Tier:
 
     # -- writes --------------------------------------------------------------------
     def put(self, entry: Entry, *, tenant: str = "", pinned: bool = False,
-            pin_until: float | None = None) -> bool:
-        """Store an entry (first writer wins); True when the bucket holds a live take of
-        the key afterwards. Pins are kept by the local tiers, not here."""
-        return self.store(entry) is not None
+            pin_until: float | None = None) -> Entry | None:
+        """Store an entry unless a live take of its key is stored (first writer wins); the
+        take held afterwards — ``entry`` or the first writer's — or None. Pins are kept by
+        the local tiers, not here."""
+        ref = self.store(entry)
+        if ref is None:
+            return None
+        if ref.digest == blob_digest(entry.blob):
+            return entry
+        return self.get(entry.header.key, entry.header.kind)  # the first writer's take
+
+    def replace(self, entry: Entry, *, tenant: str = "") -> bool:
+        """Store ``entry`` whatever is stored under its key (aligning this tier with the
+        take another tier published)."""
+        key, kind = entry.header.key, entry.header.kind
+        if not valid_name(key, kind) or entry.header.expired(self._clock()):
+            return False
+        name = self.object_name(key, kind)
+        with self._remote("write", name):
+            self._put(entry, ObjectRef(name, entry.size, blob_digest(entry.blob)), {})
+        self.counters.count("replaced")
+        return True
 
     def store(self, entry: Entry) -> ObjectRef | None:
         """Store ``entry`` unless a live object holds its name; the ref of what is stored

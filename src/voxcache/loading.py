@@ -1,0 +1,207 @@
+"""Load once: the one path by which the value of a key is made, whoever asks for it.
+
+    look up → join the key's flight, or lead it → the machine lock, then the node lease
+            → look again inside the lock → make → publish
+
+Shaped like groupcache's ``Group.load`` and dogpile's ``get_or_create``. Takes
+(``cached``), stage artifacts (``stages``) and encoded deliveries (``encoded``) all load
+through it, so each key is made once per machine and, with a Redis tier, once per
+fleet — and whichever copy of a duplicate render loses publication is dropped
+(``Cache.put`` returns the key's take; ``Flight.land`` hands it to later joiners).
+
+A miss reads the tiers twice at most: once before the flight (``looked=True`` when the
+caller did that read itself, as the asyncio path does on the event loop) and once
+inside the lock (another process or node may have made it meanwhile).
+
+A recipe says what a kind of value is made of (``Recipe``); this module owns the order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from .audio import Audio
+from .cache import Cache
+from .entry import Entry
+from .outcome import NO_PROGRESS, Progress
+from .singleflight import Flight, FlightGroup, key_lock
+
+T = TypeVar("T")
+
+HANDOFF_SECONDS = 0.0003
+"""How long a leader that has just handed its value to waiters gives up the interpreter
+before it publishes. Without it the waiting threads, and the event loop holding the
+joiners, get the GIL only once the write is done (1-3 ms later)."""
+PUBLISH_WAIT = 1.0
+"""How long a leader waits for the shared tiers' answer before it stores its take locally
+(its callers already have it): with the answer, the folder and memory hold the published
+take at once; without it, the publisher adopts the answer when it comes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Made(Generic[T]):
+    """What a recipe made: the value, and the entry to publish (None: nothing to store —
+    a stale take, a value found by another way)."""
+
+    value: T
+    entry: Entry | None = None
+    tenant: str = ""
+
+
+class Recipe(Protocol[T]):
+    """What one kind of value needs of the load-once path."""
+
+    def found(self, entry: Entry, tier: str, inside_lock: bool) -> T | None:
+        """The value of a stored entry (None: not this caller's, e.g. another tenant's)."""
+
+    def make(self, sink: Progress) -> Made[T]:
+        """Make the value, reporting to ``sink`` as it goes."""
+
+    def published(self, made: T, held: Entry | None) -> T:
+        """The value once published: ``held`` is the key's take now (None: not stored)."""
+
+    def joined(self, value: T, sink: Progress, replayed: int) -> T:
+        """A follower's value; ``sink`` has heard ``replayed`` chunks of the flight."""
+
+
+class _Tee:
+    """Progress for two listeners: the flight (its followers) and the leader's caller."""
+
+    def __init__(self, first: Progress, second: Progress) -> None:
+        self._first, self._second = first, second
+
+    def begin(self, cache: str, tier: str, segments: tuple[int, int] | None = None) -> None:
+        self._first.begin(cache, tier, segments)
+        self._second.begin(cache, tier, segments)
+
+    def chunk(self, audio: Audio) -> None:
+        self._first.chunk(audio)
+        self._second.chunk(audio)
+
+
+class Loader:
+    """The load-once path over one cache: flights by key, locks, two reads, publication."""
+
+    def __init__(self, cache: Cache, flights: FlightGroup | None = None) -> None:
+        self.cache = cache
+        self.flights = flights or FlightGroup()
+
+    def read(self, key: str, kind: str, private: bool = False) -> tuple[Entry, str] | None:
+        """(entry, tier) from the fastest tier holding ``key`` (memory alone for kinds kept
+        private to a process)."""
+        if private:
+            entry = self.cache.memory.get(key, kind)
+            return None if entry is None else (entry, "memory")
+        return self.cache.get(key, kind)
+
+    def load(self, key: str, kind: str, recipe: Recipe[T], *, wait: float,
+             looked: bool = False, progress: Progress = NO_PROGRESS,
+             private: bool = False) -> tuple[T, str]:
+        """The value of ``key`` and how it came: ``hit`` (stored), ``joined`` (another
+        caller's flight here), ``found`` (made elsewhere while this caller waited for the
+        lock) or ``made`` (here). ``looked``: the caller read the tiers already."""
+        if not looked:
+            found = self.read(key, kind, private)
+            value = None if found is None else recipe.found(*found, inside_lock=False)
+            if value is not None:
+                return value, "hit"
+        flight, leader = self.flights.join_or_lead(key)
+        if not leader:
+            joined = self.follow(flight, recipe, progress, wait)
+            if joined is not None:
+                return joined, "joined"
+            flight = Flight()  # the leader is stuck: a duplicate render beats a stuck caller
+        return self.lead(flight, key, kind, recipe, wait=wait, progress=progress,
+                         private=private)
+
+    def follow(self, flight: Flight[T], recipe: Recipe[T], progress: Progress,
+               wait: float) -> T | None:
+        """A follower's value (its chunks replayed to ``progress`` as they come); None when
+        the leader did not finish within ``wait`` and nothing was replayed."""
+        target = flight.value_future()
+        sent = 0
+        try:
+            if target is flight.future:  # joined while it was being made: follow it live
+                for chunk in flight.follow(wait):
+                    if not sent:
+                        _, tier, segments = flight.how or ("", "engine", None)
+                        progress.begin("joined", tier, segments)
+                    progress.chunk(chunk)
+                    sent += 1
+            value = target.result(wait)
+        except TimeoutError:
+            if sent:
+                raise
+            return None
+        return recipe.joined(value, progress, sent)
+
+    def lead(self, flight: Flight[T], key: str, kind: str, recipe: Recipe[T], *,
+             wait: float, progress: Progress = NO_PROGRESS,
+             private: bool = False) -> tuple[T, str]:
+        """Make ``key``'s value as the leader of ``flight`` (in this thread): lock, read
+        again, make, publish; every follower gets it as soon as it exists."""
+        try:
+            with self.lock(key, wait, private) as locked:
+                found = self.read(key, kind, private) if locked else None
+                value = None if found is None else recipe.found(*found, inside_lock=True)
+                if value is not None:
+                    flight.land(value)
+                    return value, "found"
+                made = recipe.make(flight if progress is NO_PROGRESS else _Tee(flight,
+                                                                                progress))
+                flight.settle(made.value)
+                if made.entry is None:
+                    flight.land(made.value)
+                    return made.value, "made"
+                if flight.followers:
+                    time.sleep(HANDOFF_SECONDS)  # let the woken waiters run before the write
+                if private:  # a value private to this process lives in its memory alone
+                    held = self.cache.memory.put(made.entry, tenant=made.tenant)
+                else:
+                    held = self.cache.put(made.entry, tenant=made.tenant, wait=PUBLISH_WAIT)
+                value = recipe.published(made.value, held or None)
+                flight.land(value)
+                return value, "made"
+        except BaseException as exc:
+            flight.fail(exc)
+            raise
+        finally:
+            self.flights.done(key, flight)
+
+    @contextlib.contextmanager
+    def lock(self, key: str, wait: float, private: bool = False) -> Iterator[bool]:
+        """The key's lock: across this machine's processes a ``flock`` (failing open on a
+        read-only or full folder), then, with a Redis tier, across nodes the key's render
+        lease. True: go on (read again, then make); False: the wait ran out (make it
+        without the lock). A value private to this process needs neither."""
+        if private:
+            yield True
+            return
+        cache = self.cache
+        deadline = time.monotonic() + wait
+        with key_lock(cache.locks, key, wait, on_fault=cache.lock_fault) as locked:
+            if not locked or cache.leases is None:
+                yield locked
+                return
+            with cache.leases.hold(key, max(0.0, deadline - time.monotonic())) as held:
+                yield held
+
+
+_LOADERS: weakref.WeakKeyDictionary[Cache, Loader] = weakref.WeakKeyDictionary()
+_LOADERS_LOCK = threading.Lock()
+
+
+def loader_of(cache: Cache) -> Loader:
+    """The one load-once path of ``cache`` in this process (its flights are shared by the
+    takes, stage artifacts and encodings stored there)."""
+    with _LOADERS_LOCK:
+        loader = _LOADERS.get(cache)
+        if loader is None:
+            loader = _LOADERS[cache] = Loader(cache)
+        return loader
