@@ -175,3 +175,58 @@ def test_redis_and_s3_killed_mid_load_no_5xx_and_used_again_after_restart(
         assert samples(got) == samples(first)
         # Redis came back empty: B's place in the bus was gone, so it dropped its memory
         assert b.counters().get("bus_gaps", 0) >= 1
+
+
+def _burst_renders(group: list[Node], phrases: list[str]) -> tuple[int, int]:
+    """Every node asked for each new phrase at once: (renders, takes served after)."""
+    before = sum(node.syntheses() for node in group)
+    with ThreadPoolExecutor(3 * len(group) * len(phrases)) as pool:
+        answers = [pool.submit(_post, node, {"input": text, "response_format": "wav",
+                                             "params": {"delay": 1.0}})
+                   for text in phrases for node in group for _ in range(3)]
+        codes = [future.result(timeout=90).status_code for future in answers]
+    assert codes == [200] * len(codes)
+    renders = sum(node.syntheses() for node in group) - before
+    served = {text: {samples(node.speak(text, params={"delay": 1.0})) for node in group}
+              for text in phrases}
+    return renders, max(len(takes) for takes in served.values())
+
+
+def test_renders_are_shared_again_within_a_second_of_redis_answering(
+        tmp_path: Path, own_servers: tuple[RedisServer, MotoS3Server]) -> None:
+    """Redis killed while nodes work (their breakers open and back off), then restarted
+    empty: 1.5 s later a burst of three new phrases on every node renders each phrase once.
+    The leases used to share the Redis tier's breaker, whose back-off (up to 30 s) kept them
+    failing open after Redis answered: 9 renders for 3 phrases (issue 21, item 7)."""
+    redis, s3 = own_servers
+    tiers = ["memory", "disk", redis.url, f"s3://{new_bucket(s3)}/p"]
+    with nodes(tmp_path, tiers, env=s3.env) as group:
+        redis.kill()
+        down_since = time.monotonic()
+        n = 0
+        while time.monotonic() - down_since < 12:  # misses while Redis is down: every node's
+            for node in group:                     # breaker opens and backs off (to 8 s)
+                assert node.speak(f"Said while Redis is down, number {n}.").status_code == 200
+            n += 1
+            time.sleep(0.3)
+        for node in group:
+            assert _state(node, "redis") == "down"
+        redis.start()
+        time.sleep(1.5)  # the bound: leases are asked again within a second
+        renders, takes = _burst_renders(group, [f"Back after the restart, phrase {n}."
+                                                for n in range(3)])
+        assert (renders, takes) == (3, 1), f"{renders} renders, {takes} takes for 3 phrases"
+
+
+def test_renders_are_shared_while_s3_is_down_and_redis_answers(
+        tmp_path: Path, own_servers: tuple[RedisServer, MotoS3Server]) -> None:
+    """S3 killed, Redis up: takes small enough for Redis are shared through it, so a burst
+    of three new phrases renders each once and every node serves one take of each."""
+    redis, s3 = own_servers
+    tiers = ["memory", "disk", redis.url, f"s3://{new_bucket(s3)}/p"]
+    with nodes(tmp_path, tiers, env=s3.env) as group:
+        s3.kill()
+        for node in group:
+            assert node.speak("Said once S3 is gone.").status_code == 200
+        renders, takes = _burst_renders(group, [f"S3 is down, phrase {n}." for n in range(3)])
+        assert (renders, takes) == (3, 1), f"{renders} renders, {takes} takes for 3 phrases"

@@ -133,3 +133,34 @@ def test_a_miss_reads_each_tier_twice_at_most(tmp_path: Path, redis_server: Redi
                 "redis": 2, "s3": 2}
     finally:
         cache.close()
+
+
+def test_a_node_that_could_not_publish_adopts_the_published_take_once_it_can(
+        tmp_path: Path, s3_server: MotoS3Server) -> None:
+    """Node B's link to S3 is cut while it renders a key node A has published: B serves its
+    own take (fail open), its write is retried, and once the link is back B holds and serves
+    the take S3 holds — the stored file itself, envelope and all — from memory and disk."""
+    from voxcache.testing.proxies import TcpProxy
+
+    bucket = new_bucket(s3_server)
+    tiers = ["memory", "disk", f"s3://{bucket}/p"]
+    text = "Published on one node while the other was cut off."
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with TcpProxy(s3_server.port) as link, \
+            nodes(tmp_path / "a", tiers, count=1, env=s3_server.env) as (a,), \
+            nodes(tmp_path / "b", tiers, count=1,
+                  env={**s3_server.env, "AWS_ENDPOINT_URL": link.endpoint}) as (b,):
+        link.blocked = True
+        key = a.speak(text).headers["x-cache-key"]
+        until(lambda: _published(a), 30, "A's publication")
+        assert b.speak(text).headers["x-cache"] == "MISS"  # B cannot see S3: renders its own
+        published = s3_server.client().get_object(
+            Bucket=bucket, Key=f"p/objects/{key[:2]}/{key[2:4]}/{key}.wav")["Body"].read()
+        assert b.get(f"/v1/audio/{key}").content != published  # its own take, for now
+        link.blocked = False
+        until(lambda: b.get(f"/v1/audio/{key}").content == published, 20,
+              "B to adopt the published take")
+        assert b.counters().get("takes_adopted", 0) >= 1
+        for _ in range(2):  # from memory and from disk alike
+            assert b.get(f"/v1/audio/{key}").content == published

@@ -1,14 +1,18 @@
-"""A Redis proxy that makes chosen commands slow, as a loaded or distant Redis is.
+"""TCP proxies for faults the servers themselves cannot make: a slow Redis, a cut link.
 
     with SlowRedisProxy(redis_server.port, delay=0.8, match=b":lease") as proxy:
-        url = proxy.url        # redis://127.0.0.1:<port>/0, through the proxy
+        url = proxy.url            # redis://127.0.0.1:<port>/0, through the proxy
 
-Every command a client sends whose arguments contain ``match`` (all commands when it is
-``b""``) is held ``delay`` seconds before it reaches the real redis-server; later commands
-on that connection queue behind it, so replies keep their order, exactly as on a slow
-link. A client whose timeout is shorter gives up while the command is still on its way,
-and the command then runs late: what a fault-tolerant client must survive. ``delay`` may
-be changed while the proxy runs (``proxy.delay = 0``).
+    with TcpProxy(s3_server.port) as link:
+        endpoint = link.endpoint   # http://127.0.0.1:<port>
+        link.blocked = True        # every connection cut or refused, until set False
+
+``SlowRedisProxy`` holds every command whose arguments contain ``match`` (all commands
+when it is ``b""``) ``delay`` seconds before it reaches the real redis-server; later
+commands on that connection queue behind it, so replies keep their order, exactly as on a
+slow link. A client whose timeout is shorter gives up while the command is still on its
+way, and the command then runs late: what a fault-tolerant client must survive. It also
+counts the commands that crossed it, by name (round trips as clients sent them).
 """
 
 from __future__ import annotations
@@ -22,31 +26,39 @@ from typing import Any
 from .servers import free_port
 
 
-class SlowRedisProxy:
-    """A TCP proxy in front of redis-server that delays matching commands."""
+class TcpProxy:
+    """A byte pump in front of a server on loopback, in a thread of its own."""
 
-    def __init__(self, target_port: int, *, delay: float, match: bytes = b"",
-                 host: str = "127.0.0.1") -> None:
+    def __init__(self, target_port: int, host: str = "127.0.0.1") -> None:
         self.target = (host, target_port)
-        self.delay = delay
-        self.match = match
         self.port = free_port()
-        self.delayed = 0
-        """Commands held so far."""
-        self.commands: collections.Counter[str] = collections.Counter()
-        """Commands that went through, by name (lower case): round trips, as a client sent
-        them (a script's own calls inside Redis are not counted)."""
+        self._blocked = False
+        self._open: set[asyncio.StreamWriter] = set()
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="slow-redis-proxy",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="tcp-proxy", daemon=True)
         self._server: asyncio.AbstractServer | None = None
 
     @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
-    def __enter__(self) -> SlowRedisProxy:
+    @property
+    def blocked(self) -> bool:
+        """While True, open connections are cut and new ones closed at once."""
+        return self._blocked
+
+    @blocked.setter
+    def blocked(self, value: bool) -> None:
+        self._blocked = value
+        if value:
+            asyncio.run_coroutine_threadsafe(self._cut(), self._loop).result(10)
+
+    async def _cut(self) -> None:
+        for writer in list(self._open):
+            writer.close()
+
+    def __enter__(self) -> TcpProxy:
         self._thread.start()
         if not self._ready.wait(10):
             raise RuntimeError("the proxy did not start")
@@ -75,30 +87,62 @@ class SlowRedisProxy:
         self._loop.close()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._blocked:
+            writer.close()
+            return
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
         except OSError:
             writer.close()
             return
+        self._open.update((writer, up_writer))
         replies = asyncio.ensure_future(_pump(up_reader, writer))
         try:
-            while True:
-                command = await _command(reader)
-                if command is None:
-                    break
-                self.commands[_name(command)] += 1
-                if self.delay > 0 and self.match in command:
-                    self.delayed += 1
-                    await asyncio.sleep(self.delay)
-                up_writer.write(command)
-                await up_writer.drain()
+            await self._forward(reader, up_writer)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
             replies.cancel()
             for stream in (up_writer, writer):
+                self._open.discard(stream)
                 with contextlib.suppress(Exception):
                     stream.close()
+
+    async def _forward(self, reader: asyncio.StreamReader, up: asyncio.StreamWriter) -> None:
+        """Client to server: as it comes."""
+        await _pump(reader, up)
+
+
+class SlowRedisProxy(TcpProxy):
+    """A TCP proxy in front of redis-server that delays matching commands."""
+
+    def __init__(self, target_port: int, *, delay: float, match: bytes = b"",
+                 host: str = "127.0.0.1") -> None:
+        super().__init__(target_port, host)
+        self.delay = delay
+        self.match = match
+        self.delayed = 0
+        """Commands held so far."""
+        self.commands: collections.Counter[str] = collections.Counter()
+        """Commands that went through, by name (lower case): round trips, as a client sent
+        them (a script's own calls inside Redis are not counted)."""
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    async def _forward(self, reader: asyncio.StreamReader, up: asyncio.StreamWriter) -> None:
+        """Client to server, one whole command at a time, the matching ones late."""
+        while True:
+            command = await _command(reader)
+            if command is None:
+                return
+            self.commands[_name(command)] += 1
+            if self.delay > 0 and self.match in command:
+                self.delayed += 1
+                await asyncio.sleep(self.delay)
+            up.write(command)
+            await up.drain()
 
 
 def _name(command: bytes) -> str:

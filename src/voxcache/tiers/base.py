@@ -100,10 +100,11 @@ class Tier(Protocol):
 class _Breaker:
     """Consecutive failures of one tier, and when it may be tried again."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_seconds: float = BREAKER_MAX_SECONDS) -> None:
         self.failures = 0
         self.open_until = 0.0
-        self.backoff = BREAKER_FIRST_SECONDS
+        self.backoff = min(BREAKER_FIRST_SECONDS, max_seconds)
+        self.max_seconds = max_seconds
         self.last_error = ""
 
     def allows(self, now: float) -> bool:
@@ -112,14 +113,14 @@ class _Breaker:
     def succeeded(self) -> None:
         self.failures = 0
         self.open_until = 0.0
-        self.backoff = BREAKER_FIRST_SECONDS
+        self.backoff = min(BREAKER_FIRST_SECONDS, self.max_seconds)
 
     def failed(self, now: float, error: str) -> None:
         self.failures += 1
         self.last_error = error
         if self.failures >= BREAKER_FAILURES:
             self.open_until = now + self.backoff
-            self.backoff = min(self.backoff * 2, BREAKER_MAX_SECONDS)
+            self.backoff = min(self.backoff * 2, self.max_seconds)
 
 
 class TierStack:
@@ -252,23 +253,38 @@ class TierStack:
         return found
 
     # -- the fail-open rule ----------------------------------------------------------
-    def call(self, tier: Tier, operation: str, fn: Callable[[], T], default: T) -> T:
-        """Run ``fn`` on ``tier`` unless its breaker is open; any exception is ``default``."""
-        breaker = self._breakers[tier.name]
+    def guard(self, tier: Tier, purpose: str, max_backoff: float
+              ) -> Callable[[str, Callable[[], T], T], T]:
+        """Calls on ``tier`` for ``purpose`` under a breaker of their own, whose back-off
+        never exceeds ``max_backoff``: the render leases must come back within a second of
+        Redis answering again, not when the data breaker's back-off (up to 30 s) ends."""
+        name = f"{tier.name} {purpose}"
+        self._breakers[name] = _Breaker(max_backoff)
+
+        def guarded(operation: str, fn: Callable[[], T], default: T) -> T:
+            return self.call(tier, operation, fn, default, breaker=name)
+
+        return guarded
+
+    def call(self, tier: Tier, operation: str, fn: Callable[[], T], default: T, *,
+             breaker: str | None = None) -> T:
+        """Run ``fn`` on ``tier`` unless its breaker (the tier's, or the one named) is open;
+        any exception is ``default``."""
+        state = self._breakers[breaker or tier.name]
         now = self._clock()
-        if not breaker.allows(now):
+        if not state.allows(now):
             return default
         try:
             result = fn()
         except Exception as exc:
             with self._lock:
-                breaker.failed(self._clock(), f"{type(exc).__name__}: {exc}")
+                state.failed(self._clock(), f"{type(exc).__name__}: {exc}")
             self._faults.report(f"tier {tier.name}", exc,
                                 f"tier {tier.name} failed to {operation}; treated as a miss")
             return default
-        if breaker.failures:
+        if state.failures:
             with self._lock:
-                breaker.succeeded()
+                state.succeeded()
         return result
 
     def health(self) -> dict[str, TierHealth]:

@@ -37,6 +37,8 @@ log = logging.getLogger("voxcache.nodes")
 
 LOCAL_TIERS = ("memory", "disk")
 FOLD_SECONDS = 2.0
+LEASE_BACKOFF = 1.0
+"""Longest the render leases stay failed open after Redis answers again."""
 FOLDED_TOO = {"corruptions": "corruptions"}
 """Shared-tier counts that also go into the folder-wide counter of the same meaning (a
 corruption detected in Redis is a corruption: the alert on ``corruptions`` fires)."""
@@ -86,9 +88,12 @@ class Nodes:
         if redis is not None:
             inner: Any = redis
             guard = functools.partial(stack.call, redis)
+            # the leases under a breaker of their own: back within LEASE_BACKOFF of Redis
+            # answering again, whatever the data breaker's back-off
+            lease_guard = stack.guard(redis, "leases", LEASE_BACKOFF)
             self.bus = Bus(inner.client, inner.keys.prefix, root, apply=apply, guard=guard,
                            faults=faults, count=count)
-            self.leases = Leases(inner.client, inner.keys.lease, guard=guard,
+            self.leases = Leases(inner.client, inner.keys.lease, guard=lease_guard,
                                  wakeups=self.bus, settle=self.settle, count=count)
         elif shared:
             log.warning("shared tiers without Redis: takes are shared, but one render per key "
