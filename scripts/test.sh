@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VOXCACHE_EXTRAS=all,test bash scripts/setup.sh sox:sox chromium:chromium nginx:nginx wrk:wrk prometheus:prometheus promtool:prometheus redis-server:redis-server redis-cli:redis-tools espeak-ng:espeak-ng
+# a third-party engine, its own distribution, loaded only through its entry point
+.venv/bin/python -m pip install -q --no-deps -e tests/plugins/voxcache-styletone
 .venv/bin/ruff check src tests bench
 .venv/bin/lint-imports  # the layers and no import circles ([tool.importlinter] in pyproject.toml)
 # Test files run in parallel, one file per worker at a time (--dist loadfile keeps a file's

@@ -21,6 +21,7 @@ encoded deliveries take); the tiers store. One path, three forms:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
 import time
@@ -99,6 +100,9 @@ class CachedEngine:
         self.usage = Usage(cache.root, self.waveform)
         self.admission = admission or Admission.unbounded()
         self.observer: Observer = observer or _Unobserved()
+        self._one_at_a_time = (contextlib.nullcontext() if engine.concurrent_renders
+                               else threading.Lock())
+        """An engine that declares its renders unsafe to run at once gets one at a time."""
 
     @property
     def flights(self) -> FlightGroup:
@@ -357,7 +361,7 @@ class CachedEngine:
     def render(self, resolved: ResolvedRequest) -> Iterator[Audio]:
         """The engine's chunks (sentences, without the join rule's pauses), inside a render
         slot, counted and observed."""
-        with self.admission.slot():
+        with self.admission.slot(), self._one_at_a_time:
             started = time.perf_counter()
             try:
                 yield from render_chunks(self.engine, resolved)
@@ -508,7 +512,7 @@ def _check_segments(engine: Engine) -> None:
 
 def _memo_key(request: SynthesisRequest) -> tuple[Any, ...] | None:
     """A hashable identity of a request, or None when it should not be memoised."""
-    if request.reference_audio is not None:
+    if request.reference_audio is not None or request.voice_tensor is not None:
         return None
     try:
         params = tuple(sorted((k, type(v), v) for k, v in request.params.items()))

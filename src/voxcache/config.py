@@ -55,7 +55,13 @@ class Settings:
 
     cache_dir: Path = field(default_factory=default_cache_dir)
     engine: str = "piper"
+    """The engine: a name `voxcache engines` lists (a plugin of the ``voxcache.engines``
+    entry-point group, built-ins included) or ``package.module:Class``."""
+    engine_options: dict[str, Any] = field(default_factory=dict)
+    """The engine's own constructor options (TOML: an ``[engine_options]`` table;
+    ``VOXCACHE_ENGINE_OPTIONS``: a JSON object)."""
     piper_threads: int = 2
+    """onnxruntime threads for the piper engine (its ``threads`` option)."""
     memory_budget: int = 256 * 2**20
     """Bytes per artifact kind held in memory."""
     disk_max_bytes: int | None = 5 * 2**30
@@ -121,11 +127,24 @@ def _coerce(name: str, value: Any) -> Any:
         return Path(value).expanduser()
     if name in ("piper_threads", "max_text_chars", "disk_max_entries"):
         return None if value in (None, "", "none") else int(value)
-    if name == "upstream_options":
-        return json.loads(value) if isinstance(value, str) else dict(value)
+    if name in ("upstream_options", "engine_options"):
+        return _options(name, value)
     if name in ("default_ttl", "lock_wait", "upstream_timeout"):
         return None if value in (None, "", "none") else _seconds(name, value)
     return value
+
+
+def _options(name: str, value: Any) -> dict[str, Any]:
+    """A table of options: a TOML table, or a JSON object (from the environment); a
+    ``ValueError`` naming the setting otherwise (``load_settings`` says "bad setting")."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise ValueError(f"{name} must be a JSON object, got {value!r}: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be a table of options, got {value!r}")
+    return dict(value)
 
 
 def _tiers(value: Any) -> tuple[str, ...]:

@@ -1,14 +1,19 @@
 """The engine protocol: what voxcache needs to know about a TTS engine.
 
 An engine has an id, a model revision (part of every key, so a new model never
-serves old audio), a sample rate, declared parameters, and ``render`` which
-yields canonical PCM one sentence at a time. Capability flags let the request
-resolver refuse fields an engine would otherwise silently ignore.
+serves old audio), a sample rate, declared parameters, the voices it takes (names,
+reference clips, tensors), what it promises (determinism, concurrent renders, how it
+splits text), and ``render`` which yields canonical PCM one sentence at a time.
+Capability flags let the request resolver refuse fields an engine would otherwise
+silently ignore. ``voxcache.testing.engine_contract`` checks every promise;
+docs/extending.md says how to write one.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import ClassVar
 
 from .audio import Audio
@@ -16,6 +21,21 @@ from .errors import EngineError, VoxcacheError
 from .params import ParamSpec
 from .redact import redact
 from .resolved import ResolvedRequest
+
+DETERMINISM = ("deterministic", "seeded", "sampling")
+
+
+@dataclass(frozen=True, slots=True)
+class TensorVoice:
+    """The tensor voices an engine takes: one array of this shape and dtype (a style vector,
+    a speaker embedding). A voice is keyed by its content, so one value changed is another
+    voice and another key."""
+
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+    def describe(self) -> dict[str, object]:
+        return {"shape": list(self.shape), "dtype": self.dtype}
 
 
 class Engine:
@@ -38,6 +58,18 @@ class Engine:
     segments_context_free: bool = True
     """False when a sentence's audio depends on neighbouring text; such an engine must
     also override ``segment_context`` or segment mode is refused for it."""
+    determinism: str = "sampling"
+    """What rendering one request twice gives: ``deterministic`` (the same samples),
+    ``seeded`` (the same samples for the same explicit seed) or ``sampling`` (a new take each
+    time: the seed policy decides what callers hear). Checked by the contract suite."""
+    deterministic_params: Mapping[str, object] = {}
+    """Parameter values under which a ``sampling`` engine renders the same samples every time
+    (Piper: zero noise); the contract suite checks them."""
+    concurrent_renders: bool = True
+    """Whether ``render`` may run in several threads at once; False: voxcache runs this
+    engine's renders one at a time."""
+    tensor_voice: TensorVoice | None = None
+    """The tensor voices the engine takes (None: none; a request with one is refused)."""
     segment_gap: float = 0.0
     """Seconds of silence the engine puts between sentences (Piper: none). ``render``
     yields each sentence without it; voxcache adds it between consecutive chunks on
@@ -66,6 +98,14 @@ class Engine:
         between sentences (``segment_gap``: voxcache puts it there)."""
         raise NotImplementedError
 
+    @property
+    def voice_kinds(self) -> tuple[str, ...]:
+        """The voices the engine takes: ``name`` (its own), ``clip`` (cloned from reference
+        audio), ``tensor`` (an array: ``tensor_voice``)."""
+        return tuple(kind for kind, takes in (("name", bool(self.voices) or not (
+            self.supports_reference or self.tensor_voice)), ("clip", self.supports_reference),
+            ("tensor", self.tensor_voice is not None)) if takes)
+
     def describe(self) -> dict[str, object]:
         """Return a JSON-friendly summary for logs, `explain` and the API."""
         return {
@@ -73,9 +113,29 @@ class Engine:
             "model_revision": self.model_revision,
             "sample_rate": self.sample_rate,
             "voices": sorted(set(self.voices.values())),
+            "voice_kinds": list(self.voice_kinds),
+            **({"tensor_voice": self.tensor_voice.describe()} if self.tensor_voice else {}),
             "languages": list(self.languages),
+            "determinism": self.determinism,
+            "concurrent_renders": self.concurrent_renders,
             "params": [spec.describe() for spec in self.params.values()],
         }
+
+
+def accepted_options(engine_class: type) -> set[str]:
+    """Keyword options of an engine class's constructor (and of every base it forwards
+    ``**options`` to): what config may set for it."""
+    names: set[str] = set()
+    for cls in engine_class.__mro__:
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = inspect.signature(init).parameters.values()
+        names |= {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+                  and p.name != "self"}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return names
 
 
 def render_chunks(engine: Engine, request: ResolvedRequest) -> Iterator[Audio]:

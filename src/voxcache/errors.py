@@ -11,6 +11,7 @@
     ├── TierUnavailable         a shared tier (Redis, S3) is unreachable, slow or refused a call
     ├── EngineError             the engine failed to render
     │   ├── MissingDependency   an optional extra is not installed
+    │   │   └── EngineLoadError an engine (a plugin) could not be imported
     │   └── UpstreamError       a gateway's upstream server failed or answered an error (HTTP 502)
     └── Overloaded              admission control turned a render away
 
@@ -72,6 +73,10 @@ class EngineError(VoxcacheError):
 
 class MissingDependency(EngineError):
     """An optional extra is needed for this feature but is not installed."""
+
+
+class EngineLoadError(MissingDependency):
+    """An engine could not be loaded: its plugin failed to import, or names no engine class."""
 
 
 class UpstreamError(EngineError):

@@ -22,6 +22,7 @@ from .engine import Engine
 from .errors import InvalidParameter, UnknownVoice, UnsupportedFeature
 from .params import resolve_params
 from .resolved import ResolvedRequest
+from .tensors import tensor_voice
 
 DEFAULT_MAX_TEXT_CHARS = 5000
 SPEED_RANGE = (0.25, 4.0)
@@ -66,6 +67,9 @@ class SynthesisRequest:
     """Seconds this take may be served; ``None`` keeps it until evicted."""
     seed_policy: str | None = None
     """For unseeded requests: ``pin``, ``bypass``, ``variants:N`` (``None``: the server's)."""
+    voice_tensor: Any = None
+    """A voice that is an array (NumPy or torch: a style vector, a speaker embedding), for
+    engines that take tensor voices; keyed by its content."""
 
 
 def resolve(
@@ -74,7 +78,9 @@ def resolve(
     """Validate ``request`` against ``engine`` and return its canonical form."""
     text = _resolve_text(request.text, max_text_chars)
     reference, prompt_text = _resolve_reference(request, engine)
-    voice = _resolve_voice(request.voice, engine) if reference is None else None
+    tensor, voice = _resolve_tensor_voice(request, engine)
+    if voice is None and reference is None:
+        voice = _resolve_voice(request.voice, engine)
     return ResolvedRequest(
         engine_id=engine.id,
         model_revision=engine.model_revision,
@@ -90,6 +96,7 @@ def resolve(
         params=resolve_params(engine.params, _refuse_non_finite(request.params), engine.id),
         reference_audio=request.reference_audio,
         ttl=_resolve_ttl(request.ttl),
+        voice_tensor=tensor,
     )
 
 
@@ -134,6 +141,29 @@ def _resolve_voice(voice: str | None, engine: Engine) -> str | None:
         known = ", ".join(sorted(set(engine.voices))) or "none"
         raise UnknownVoice(f"unknown voice {voice!r} for engine {engine.id!r}; known: {known}")
     return canonical
+
+
+TENSOR_VOICE_PREFIX = "tensor:"
+"""A tensor voice's canonical name (in keys and envelopes): the prefix and its fingerprint."""
+
+
+def _resolve_tensor_voice(request: SynthesisRequest, engine: Engine) -> tuple[Any, str | None]:
+    """(the canonical array, ``tensor:<fingerprint>``) of a tensor voice, or (None, None)."""
+    if request.voice_tensor is None:
+        return None, None
+    spec = engine.tensor_voice
+    if spec is None:
+        raise UnsupportedFeature(
+            f"engine {engine.id!r} takes no tensor voices (it takes: "
+            f"{', '.join(engine.voice_kinds)}); name one of its voices instead")
+    if request.voice or request.reference_audio is not None:
+        raise InvalidParameter("send one voice: a tensor voice, a voice name or reference "
+                               "audio, not several")
+    try:
+        array, fingerprint = tensor_voice(request.voice_tensor, spec.shape, spec.dtype)
+    except (TypeError, ValueError) as exc:
+        raise InvalidParameter(f"tensor voice for engine {engine.id!r}: {exc}") from None
+    return array, TENSOR_VOICE_PREFIX + fingerprint
 
 
 def _resolve_reference(request: SynthesisRequest, engine: Engine) -> tuple[str | None, str | None]:

@@ -31,6 +31,8 @@ class ResolvedRequest:
     """Every declared parameter, defaults filled in."""
     reference_audio: bytes | None = field(default=None, compare=False, repr=False)
     ttl: float | None = field(default=None, compare=False)
+    voice_tensor: Any = field(default=None, compare=False, repr=False)
+    """A tensor voice in canonical form (``voice`` is then ``tensor:<its fingerprint>``)."""
 
     def describe(self) -> dict[str, Any]:
         """Descriptive fields kept in a take's envelope (for `ls`, purge by voice, rebuilds)."""

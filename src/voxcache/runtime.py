@@ -52,7 +52,9 @@ def load_configured_engine(settings: Settings) -> Engine:
             options["references"] = reference_folders(settings, has_api_keys(settings))
         return load_upstream(settings.upstream, revision=settings.upstream_revision,
                              timeout=settings.upstream_timeout, **options)
-    options = {"threads": settings.piper_threads} if settings.engine == "piper" else {}
+    options = dict(settings.engine_options)
+    if settings.engine == "piper":
+        options.setdefault("threads", settings.piper_threads)
     return load_engine(settings.engine, **options)
 
 
@@ -81,6 +83,7 @@ def describe_limits(settings: Settings, cached: CachedEngine) -> dict[str, objec
     """Return what a process runs with: engine, model revision, tiers and their limits."""
     return {
         "engine": cached.engine.id,
+        "engine_options": settings.engine_options,
         "model_revision": cached.engine.model_revision,
         "cache_dir": str(settings.cache_dir),
         **cached.cache.config.describe(),

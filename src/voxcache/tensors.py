@@ -40,7 +40,7 @@ import xxhash
 from .envelope import CorruptEntry, Entry, EntryHeader
 
 CONTENT_TYPE = "application/x-safetensors"
-TENSOR_KINDS = frozenset({"embedding", "prompt", "tokens", "session"})
+TENSOR_KINDS = frozenset({"embedding", "prompt", "tokens", "session", "voice"})
 """The artifact kinds stored as tensors (``tiers.layout`` names their files ``.safetensors``)."""
 METADATA_KEY = "voxcache"
 _LENGTH = struct.Struct("<Q")
@@ -60,6 +60,28 @@ def as_numpy(value: Any) -> np.ndarray:
             value = value.float()  # numpy has no bfloat16; float32 holds it exactly
         return np.asarray(value.numpy())
     return np.asarray(value)
+
+
+def tensor_voice(value: Any, shape: tuple[int, ...], dtype: str) -> tuple[np.ndarray, str]:
+    """A tensor voice in its canonical form — ``dtype`` (a float voice may be given in any
+    float type, an integer one in any integer type), little-endian, C order — and its
+    fingerprint: BLAKE3 over dtype, shape and bytes, so the same values are one voice and
+    one value changed is another. ``ValueError`` says what is wrong with it."""
+    import blake3
+
+    array = as_numpy(value)
+    want = np.dtype(dtype)
+    if array.dtype.kind not in ("f", "i", "u") or (array.dtype.kind == "f") != (
+            want.kind == "f"):
+        raise ValueError(f"a tensor voice must hold {want.name} values, not {array.dtype}")
+    if tuple(array.shape) != tuple(shape):
+        raise ValueError(f"a tensor voice must have shape {list(shape)}, not "
+                         f"{list(array.shape)}")
+    canonical = np.ascontiguousarray(array, dtype=want.newbyteorder("<"))
+    if want.kind == "f" and not np.isfinite(canonical).all():
+        raise ValueError("a tensor voice must hold finite numbers (no NaN or infinity)")
+    identity = f"{want.name}|{','.join(map(str, shape))}|".encode() + canonical.tobytes()
+    return canonical, blake3.blake3(identity).hexdigest()
 
 
 def tensor_entry(

@@ -164,3 +164,35 @@ def test_a_node_that_could_not_publish_adopts_the_published_take_once_it_can(
         assert b.counters().get("takes_adopted", 0) >= 1
         for _ in range(2):  # from memory and from disk alike
             assert b.get(f"/v1/audio/{key}").content == published
+
+
+def test_a_tensor_voice_uploaded_on_one_node_is_known_to_the_others(
+        tmp_path: Path, redis_server: RedisServer, s3_server: MotoS3Server) -> None:
+    """A tensor voice lives in the shared tiers like any artifact: uploaded on node A, it is
+    used by id on node B (which never saw the upload), and B's take is A's take. Another
+    tenant's key cannot use it (a 404 like any unknown id)."""
+    import numpy as np
+    from safetensors.numpy import save
+
+    tiers = ["memory", "disk", f"{redis_server.url}?prefix={new_prefix()}",
+             f"s3://{new_bucket(s3_server)}/p"]
+    keys = ('[tenants.acme]\napi_keys = ["acme-key"]\n'
+            '[tenants.other]\napi_keys = ["other-key"]\n')
+    with nodes(tmp_path, tiers, count=2, engine="styletone", env=s3_server.env,
+               extra_config=keys) as (a, b):
+        acme = {"Authorization": "Bearer acme-key"}
+        style = np.random.default_rng(11).normal(size=256).astype("float32")
+        made = a.post("/v1/voices", files={"file": ("v.safetensors", save({"v": style}))},
+                      headers=acme)
+        assert made.status_code == 201, made.text
+        voice = made.json()["id"]
+        body = {"input": "A voice from another node.", "voice": voice, "seed": 4,
+                "response_format": "wav"}
+        on_a = a.post("/v1/audio/speech", json=body, headers=acme)
+        on_b = b.post("/v1/audio/speech", json=body, headers=acme)
+        assert on_a.status_code == on_b.status_code == 200, on_b.text
+        assert samples(on_b) == samples(on_a)
+        assert on_b.headers["x-cache-key"] == on_a.headers["x-cache-key"]
+        stranger = b.post("/v1/audio/speech", json=body,
+                          headers={"Authorization": "Bearer other-key"})
+        assert stranger.status_code in (400, 404) and voice in stranger.text

@@ -14,10 +14,11 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import VoxcacheError
-from . import bench, cache_commands, entries, pack, purge, rerender, serve, warm
+from . import bench, cache_commands, engines, entries, pack, purge, rerender, serve, warm
 from .common import EXIT_CODES_HELP, exit_code_for, print_json
 
-COMMAND_MODULES = [cache_commands, entries, purge, serve, warm, bench, rerender, pack]
+COMMAND_MODULES = [cache_commands, entries, purge, serve, warm, bench, rerender, pack,
+                   engines]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,7 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cache-dir", help="cache folder (default: $VOXCACHE_DIR or "
                         "~/.cache/voxcache)")
     parser.add_argument("--config", help="TOML settings file (default: $VOXCACHE_CONFIG)")
-    parser.add_argument("--engine", help="engine to render with (piper, tone)")
+    parser.add_argument("--engine", help="engine to render with: a name `voxcache engines` "
+                        "lists, or package.module:Class")
     parser.add_argument("-v", "--verbose", action="store_true", help="log more")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in COMMAND_MODULES:

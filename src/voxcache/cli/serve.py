@@ -93,7 +93,8 @@ def _export(args: argparse.Namespace, settings: object) -> None:
     """Hand the command-line settings to worker processes through the environment."""
     os.environ["VOXCACHE_DIR"] = str(settings.cache_dir)  # type: ignore[attr-defined]
     os.environ["VOXCACHE_ENGINE"] = settings.engine  # type: ignore[attr-defined]
-    for name in ("upstream", "upstream_revision", "upstream_timeout", "upstream_options"):
+    for name in ("engine_options", "upstream", "upstream_revision", "upstream_timeout",
+                 "upstream_options"):
         value = getattr(settings, name)
         if value:
             os.environ[f"VOXCACHE_{name.upper()}"] = (

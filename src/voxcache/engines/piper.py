@@ -114,6 +114,11 @@ class PiperEngine(Engine):
     # concatenates chunks with no gap (see PiperVoice.synthesize_wav).
     segments_context_free = True
     segment_gap = 0.0
+    # At its default noise every render is a new take; at zero noise (and a fixed thread
+    # count) it is byte-identical run to run. onnxruntime sessions take concurrent runs.
+    determinism = "sampling"
+    deterministic_params = {"noise_scale": 0.0, "noise_w_scale": 0.0}
+    concurrent_renders = True
 
     def split_sentences(self, text: str) -> list[str] | None:
         """Piper's own sentence split as text, verified against its phonemizer."""

@@ -40,6 +40,7 @@ class ToneEngine(Engine):
     supports_reference = True
     supports_instruct = True
     supports_seed = True
+    determinism = "deterministic"
 
     def __init__(self, model_revision: str = "tone-1", seconds_per_char: float = 0.01) -> None:
         self.model_revision = model_revision

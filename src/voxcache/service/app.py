@@ -70,7 +70,8 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
     app.state.settings = settings
     app.state.options = options
     app.state.server = server
-    app.state.voices = VoiceStore(settings.cache_dir / "voices", options.max_upload_seconds)
+    app.state.voices = VoiceStore(settings.cache_dir / "voices", options.max_upload_seconds,
+                                  cached.cache)
     errors.install(app)
     for module in (speech, stored, voice_routes, admin, gpt_sovits, gpt_sovits_control,
                    cosyvoice):

@@ -39,7 +39,10 @@ from .respond import STREAMABLE, streamed, whole
 from .schemas import SpeechRequest, SynthesizeRequest
 from .serving import MODES, Server
 from .speech_memo import Decision, Identity, request_identity
-from .voices import VOICE_ID
+from .voices import VOICE_ID, Voice
+
+EMBEDDING_WIDTH = 256
+"""A speaker embedding's size (resemblyzer's, ``stages.embeddings``)."""
 
 router = APIRouter(dependencies=[Depends(render_priority)])
 
@@ -79,7 +82,7 @@ async def speech(body: SpeechRequest, request: Request,
             fmt = fmt.at(OPENAI_PCM_RATE)
         field = "voice"
         voice = body.voice.id if hasattr(body.voice, "id") else body.voice
-        voice_fields = _voice_fields(request, tenant, voice, openai=True)
+        voice_fields = await _voice_fields(request, tenant, voice, openai=True)
         field = None
         core = SynthesisRequest(text=body.input, instruct=body.instructions,
                                 language=body.language, seed=body.seed, speed=body.speed,
@@ -111,7 +114,7 @@ async def synthesize(body: SynthesizeRequest, request: Request,
             raise InvalidParameter("send either voice or reference_audio, not both")
     else:
         fields.pop("reference_audio")
-        voice_fields = _voice_fields(request, tenant, fields.pop("voice"))
+        voice_fields = await _voice_fields(request, tenant, fields.pop("voice"))
         if "prompt_text" in voice_fields and fields.get("prompt_text"):
             raise InvalidParameter("an uploaded voice carries its own prompt_text; omit it")
         fields.update({k: v for k, v in voice_fields.items() if v is not None or k == "voice"})
@@ -168,9 +171,11 @@ def _check_model(server: Server, model: str | None) -> None:
                                f"{engine!r} and also accepts {', '.join(OPENAI_MODELS)}")
 
 
-def _voice_fields(request: Request, tenant: str, name: str | None,
-                  openai: bool = False) -> dict[str, Any]:
-    """Map a voice name to request fields: an uploaded voice, an alias, or an engine voice.
+async def _voice_fields(request: Request, tenant: str, name: str | None,
+                        openai: bool = False) -> dict[str, Any]:
+    """Map a voice name to request fields: an uploaded voice (a clip, a tensor, or — for an
+    engine that takes a tensor of its shape and no clips — a clip's speaker embedding), an
+    alias, or an engine voice.
 
     ``openai``: a name that is none of those is refused here, listing every name that
     works (OpenAI's names and the ``[voice_aliases]`` included)."""
@@ -185,7 +190,10 @@ def _voice_fields(request: Request, tenant: str, name: str | None,
         raise UnknownVoice(f"Invalid value: {name!r} is not a voice of this server. Supported "
                            f"values are: {known}, or an uploaded voice id (vc_…)")
     if VOICE_ID.fullmatch(name):
-        voice = state.voices.get(tenant, name)
+        voice = await state.server.admission.read(state.voices.get, tenant, name)
+        if voice.kind == "tensor" or (not engine.supports_reference and _takes_embedding(
+                engine)):
+            return {"voice": None, "voice_tensor": await _tensor_of(request, tenant, voice)}
         if not engine.supports_reference:
             raise UnsupportedFeature(
                 f"voice {name!r} is an uploaded clip, but engine {engine.id!r} cannot clone "
@@ -202,6 +210,33 @@ def _voice_fields(request: Request, tenant: str, name: str | None,
     if name in OPENAI_VOICES:
         return {"voice": engine.default_voice}
     return {"voice": name}
+
+
+def _takes_embedding(engine: Any) -> bool:
+    """Whether an engine's tensor voices have a speaker embedding's shape (256 float32)."""
+    spec = engine.tensor_voice
+    return spec is not None and tuple(spec.shape) == (EMBEDDING_WIDTH,) and \
+        spec.dtype == "float32"
+
+
+async def _tensor_of(request: Request, tenant: str, voice: Voice) -> Any:
+    """The array an uploaded voice is to an engine that takes tensors: a tensor voice's own,
+    or a clip voice's speaker embedding (from the stage cache)."""
+    state = request.app.state
+    engine = state.server.cached.engine
+    if engine.tensor_voice is None:
+        raise UnsupportedFeature(
+            f"voice {voice.id!r} is a tensor voice, but engine {engine.id!r} takes no tensor "
+            f"voices (it takes: {', '.join(engine.voice_kinds)})")
+    if voice.kind == "tensor":
+        array = await state.server.admission.read(state.voices.tensor, tenant, voice.id)
+        if array is None:
+            raise NotFound(f"no voice {voice.id!r}")
+        return array
+    from .voice_routes import artifacts
+
+    result = await artifacts(request).of_voice(state.voices, voice)
+    return result.artifact["embedding"]
 
 
 def _openai_refusal(exc: RequestError, param: str | None) -> FieldRefusal:

@@ -1,4 +1,4 @@
-"""Voice routes: upload a reference clip once, then name it in synthesis requests.
+"""Voice routes: upload a reference clip (or a tensor voice) once, then name it in requests.
 
 An upload also derives the voice's speaker embedding (``voice_artifacts``), which
 ``GET /v1/voices/{id}/embedding`` returns as a safetensors file and
@@ -16,13 +16,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, File, Form, Query, Request, Response, UploadFile
 from fastapi.responses import JSONResponse
 
-from ..errors import InvalidParameter, NotFound
+from ..errors import InvalidParameter, NotFound, UnsupportedFeature
 from ..stages import Clip
 from .errors import PayloadTooLarge
 from .guard import tenant_of
 from .options import OPENAI_VOICES
 from .voice_artifacts import VoiceArtifacts
-from .voices import Voice
+from .voices import Voice, is_safetensors
 
 SAFETENSORS = "application/x-safetensors"
 
@@ -32,7 +32,9 @@ router = APIRouter(tags=["voices"])
 @router.post("/v1/voices", status_code=201)
 async def upload_voice(
     request: Request, response: Response,
-    file: Annotated[UploadFile, File(description="reference clip: WAV, FLAC or OGG")],
+    file: Annotated[UploadFile, File(description="reference clip (WAV, FLAC or OGG), or a "
+                                     "tensor voice: a safetensors file holding one tensor "
+                                     "of the engine's shape (GET /v1/engine: tensor_voice)")],
     prompt_text: Annotated[str | None, Form(max_length=4096,
                                             description="what the clip says")] = None,
     name: Annotated[str | None, Form(max_length=100)] = None,
@@ -40,12 +42,15 @@ async def upload_voice(
                                          "clip")] = None,
     tenant: str = Depends(tenant_of),
 ) -> dict[str, Any]:
-    """Store a clip (validated and fingerprinted); the same clip twice is one voice."""
+    """Store a clip (validated and fingerprinted) or a tensor voice (keyed by its content);
+    the same clip or tensor twice is one voice."""
     state = request.app.state
     limit = state.options.max_upload_bytes
     clip = await file.read(limit + 1)
     if len(clip) > limit:
         raise PayloadTooLarge(f"reference clip is over the upload limit of {limit} bytes")
+    if is_safetensors(clip):
+        return await _upload_tensor(request, response, clip, name, tenant)
     private = state.options.privacy if privacy is None else privacy
     voice, created = await state.server.admission.read(
         state.voices.add, tenant, clip, prompt_text, name, private)
@@ -55,6 +60,21 @@ async def upload_voice(
     response.status_code = 201 if created else 200
     return {**voice.public(), "kind": "uploaded", "embedding_status": embedding,
             "can_render": state.server.cached.engine.supports_reference and not voice.private}
+
+
+async def _upload_tensor(request: Request, response: Response, data: bytes, name: str | None,
+                         tenant: str) -> dict[str, Any]:
+    state = request.app.state
+    engine = state.server.cached.engine
+    if engine.tensor_voice is None:
+        raise UnsupportedFeature(
+            f"engine {engine.id!r} takes no tensor voices (it takes: "
+            f"{', '.join(engine.voice_kinds)}); upload a reference clip or name one of its "
+            "voices")
+    voice, created = await state.server.admission.read(
+        state.voices.add_tensor, tenant, data, engine.tensor_voice, name)
+    response.status_code = 201 if created else 200
+    return {**voice.public(), "kind": "uploaded", "can_render": True}
 
 
 @router.get("/v1/voices")
@@ -178,8 +198,12 @@ async def _uploaded(request: Request, tenant: str, voice_id: str) -> Voice:
     if voice_id in request.app.state.server.cached.engine.voices:
         raise NotFound(f"{voice_id!r} is a built-in voice of the engine; only uploaded voices "
                        "have a speaker embedding")
-    return await request.app.state.server.admission.read(request.app.state.voices.get,
-                                                         tenant, voice_id)
+    voice = await request.app.state.server.admission.read(request.app.state.voices.get,
+                                                          tenant, voice_id)
+    if voice.kind == "tensor":
+        raise InvalidParameter(f"{voice_id!r} is a tensor voice: it has no clip, so no "
+                               "speaker embedding to derive or compare")
+    return voice
 
 
 def artifacts(request: Request) -> VoiceArtifacts:

@@ -1,4 +1,4 @@
-"""Uploaded voices: a reference clip and its prompt text, stored once per tenant.
+"""Uploaded voices: a reference clip and its prompt text, or a tensor, stored once per tenant.
 
 A voice id is derived from what the clip *sounds like* (the decoded-PCM
 fingerprint) and its prompt text, so the same clip uploaded twice — re-encoded,
@@ -11,6 +11,11 @@ new sentences need the clip uploaded again.
 What the service derives from a voice (its speaker embedding, ``voice_artifacts``)
 lives in the cache, keyed by the clip's content; ``voice.json`` records the
 embedding's key so a lookup needs no clip, which a private voice does not have.
+
+A tensor voice (a style vector, an embedding: one array in a safetensors file, for
+engines that take them) is keyed by its content the same way — dtype, shape and bytes
+— and is also stored in the cache's tiers as a ``voice`` entry under a key made of its
+tenant and id, so every worker and every node sharing the tiers finds it by id.
 """
 
 from __future__ import annotations
@@ -23,11 +28,16 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import blake3
+import numpy as np
 
 from ..audio import decode_reference, fingerprint_reference
+from ..cache import Cache
+from ..engine import TensorVoice
 from ..errors import BadReferenceAudio, InvalidParameter, NotFound
 from ..fsmode import private_dirs, write_private
+from ..key import KEY_SCHEMA_VERSION, digest
 from ..request import normalize_text
+from ..tensors import load_tensors, tensor_entry, tensor_voice
 
 VOICE_ID = re.compile(r"vc_[0-9a-f]{24}")
 MAX_PROMPT_CHARS = 1000
@@ -49,6 +59,10 @@ class Voice:
     """True when the raw clip was not kept (privacy mode)."""
     embedding: str | None = None
     """The stage-cache key of the voice's speaker embedding (None: not derived yet)."""
+    kind: str = "clip"
+    """``clip`` (a reference clip) or ``tensor`` (an array the engine takes as the voice)."""
+    shape: list[int] | None = None
+    dtype: str | None = None
 
     def public(self) -> dict[str, object]:
         """What the API shows (the tenant is implied by the caller)."""
@@ -58,12 +72,106 @@ class Voice:
         return data
 
 
-class VoiceStore:
-    """Voices under ``<root>/<tenant>/<id>/``: ``voice.json`` and, unless private, ``clip``."""
+TENSOR_FILE = "tensor.safetensors"
 
-    def __init__(self, root: Path, max_seconds: float) -> None:
+
+def voice_key(tenant: str, voice_id: str) -> str:
+    """Where a tensor voice is kept in the cache's tiers (a tenant's id names only its own)."""
+    return digest({"schema": KEY_SCHEMA_VERSION, "kind": "voice", "tenant": tenant,
+                   "id": voice_id})
+
+
+def is_safetensors(data: bytes) -> bool:
+    """Whether ``data`` starts like a safetensors file (a header length, then JSON)."""
+    if len(data) < 10 or data[8:9] != b"{":
+        return False
+    return int.from_bytes(data[:8], "little") <= len(data) - 8
+
+
+class VoiceStore:
+    """Voices under ``<root>/<tenant>/<id>/``: ``voice.json`` and, unless private, ``clip``
+    (or ``tensor.safetensors``); tensor voices also in ``cache``'s tiers."""
+
+    def __init__(self, root: Path, max_seconds: float, cache: Cache | None = None) -> None:
         self.root = Path(root)
         self.max_seconds = max_seconds
+        self.cache = cache
+
+    def add_tensor(self, tenant: str, data: bytes, spec: TensorVoice,
+                   name: str | None) -> tuple[Voice, bool]:
+        """Validate and store a tensor voice (a safetensors file holding one tensor of the
+        engine's shape); return the voice and whether it was new."""
+        from safetensors import SafetensorError
+        from safetensors.numpy import load
+
+        try:
+            arrays = load(data)
+        except (SafetensorError, ValueError, OverflowError) as exc:
+            raise InvalidParameter(f"the file is not a readable safetensors file: {exc}") from None
+        if len(arrays) != 1:
+            raise InvalidParameter(f"a tensor voice is a safetensors file holding one tensor; "
+                                   f"this one holds {len(arrays)}")
+        try:
+            array, fingerprint = tensor_voice(next(iter(arrays.values())), spec.shape,
+                                              spec.dtype)
+        except ValueError as exc:
+            raise InvalidParameter(f"tensor voice: {exc}") from None
+        voice_id = "vc_" + blake3.blake3(b"tensor\0" + fingerprint.encode()).hexdigest()[:24]
+        existing = self._read(tenant, voice_id)
+        if existing is not None:
+            return existing, False
+        voice = Voice(voice_id, tenant, (name or voice_id)[:100], None, fingerprint, 0.0, 0,
+                      time.time(), False, kind="tensor", shape=list(spec.shape),
+                      dtype=spec.dtype)
+        self._keep(voice, array)
+        if self.cache is not None:  # every worker and node finds it by id
+            entry = tensor_entry(voice_key(tenant, voice_id), "voice", {"voice": array},
+                                 meta={"tenant": tenant, "voice": json.dumps(asdict(voice)),
+                                       "text": voice.name})
+            self.cache.put(entry, tenant=tenant, pinned=True)
+        return voice, True
+
+    def tensor(self, tenant: str, voice_id: str) -> np.ndarray | None:
+        """A tensor voice's array (None: not a tensor voice of this tenant's)."""
+        voice = self._read(tenant, voice_id)
+        if voice is None or voice.kind != "tensor":
+            return None
+        try:
+            data = (self._folder(tenant, voice_id) / TENSOR_FILE).read_bytes()
+        except FileNotFoundError:
+            return None
+        from safetensors.numpy import load
+
+        return load(data)["voice"]
+
+    def _keep(self, voice: Voice, array: np.ndarray) -> None:
+        from safetensors.numpy import save
+
+        folder = self._folder(voice.tenant, voice.id)
+        private_dirs(folder)
+        write_private(folder / TENSOR_FILE, save({"voice": array}))
+        write_private(folder / "voice.json", json.dumps(asdict(voice)).encode())
+
+    def _shared(self, tenant: str, voice_id: str) -> Voice | None:
+        """A tensor voice another worker or node stored, fetched from the cache's tiers and
+        kept here (None: the tiers hold none of this tenant's under that id)."""
+        if self.cache is None or not VOICE_ID.fullmatch(voice_id):
+            return None
+        found = self.cache.get(voice_key(tenant, voice_id), "voice")
+        if found is None:
+            return None
+        meta = found[0].header.meta
+        if meta.get("tenant") != tenant:
+            return None
+        try:
+            voice = Voice(**json.loads(meta["voice"]))
+            array = load_tensors(found[0])["voice"]
+        except (KeyError, ValueError, TypeError):
+            return None
+        if voice.tenant != tenant or voice.id != voice_id or voice.kind != "tensor":
+            return None
+        self._keep(voice, array)
+        return voice
 
     def add(self, tenant: str, clip: bytes, prompt_text: str | None, name: str | None,
             private: bool) -> tuple[Voice, bool]:
@@ -117,7 +225,7 @@ class VoiceStore:
 
     def get(self, tenant: str, voice_id: str) -> Voice:
         """Return the tenant's voice or ``NotFound`` (also for another tenant's id)."""
-        voice = self._read(tenant, voice_id)
+        voice = self._read(tenant, voice_id) or self._shared(tenant, voice_id)
         if voice is None:
             raise NotFound(f"no voice {voice_id!r}")
         return voice
@@ -138,9 +246,12 @@ class VoiceStore:
         return sorted(voices, key=lambda v: v.created, reverse=True)
 
     def delete(self, tenant: str, voice_id: str) -> None:
-        """Remove a voice (its clip and metadata); ``NotFound`` when the tenant has none."""
-        self.get(tenant, voice_id)
+        """Remove a voice (its clip or tensor and metadata, and a tensor voice from the
+        tiers); ``NotFound`` when the tenant has none."""
+        voice = self.get(tenant, voice_id)
         shutil.rmtree(self._folder(tenant, voice_id), ignore_errors=True)
+        if voice.kind == "tensor" and self.cache is not None:
+            self.cache.delete(voice_key(tenant, voice_id), "voice")
 
     def _read(self, tenant: str, voice_id: str) -> Voice | None:
         if not VOICE_ID.fullmatch(voice_id):

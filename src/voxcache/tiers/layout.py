@@ -18,7 +18,7 @@ SUBFOLDERS = ("objects", "quarantine", "locks", "pins")
 
 
 SUFFIXES = {"audio": ".wav", "embedding": ".safetensors", "prompt": ".safetensors",
-            "tokens": ".safetensors", "session": ".safetensors"}
+            "tokens": ".safetensors", "session": ".safetensors", "voice": ".safetensors"}
 """File suffix by artifact kind: each kind is stored as the standard file it is (a WAV; a
 safetensors file with the envelope in ``__metadata__``); other kinds use ``.vxc``."""
 OTHER_SUFFIX = ".vxc"

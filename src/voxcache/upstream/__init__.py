@@ -16,10 +16,9 @@ Each module is imported only when its kind is used.
 from __future__ import annotations
 
 import importlib
-import inspect
 from typing import Any
 
-from ..engine import Engine
+from ..engine import Engine, accepted_options
 from ..errors import InvalidParameter
 from .base import UpstreamEngine, check_url
 
@@ -58,24 +57,10 @@ def load_upstream(spec: str, **options: Any) -> Engine:
     kind, url = parse_upstream(spec)
     module_name, class_name = KINDS[kind]
     engine_class = getattr(importlib.import_module(f".{module_name}", __name__), class_name)
-    accepted = _accepted_options(engine_class)
+    accepted = accepted_options(engine_class) - {"url"}
     unknown = sorted(set(options) - accepted)
     if unknown:
         raise InvalidParameter(
             f"upstream {kind!r} takes no option(s) {', '.join(unknown)}; "
             f"it takes: {', '.join(sorted(accepted))}")
     return engine_class(url, **options)
-
-
-def _accepted_options(engine_class: type) -> set[str]:
-    """Keyword options of an engine class and of every base it forwards ``**options`` to."""
-    names: set[str] = set()
-    for cls in engine_class.__mro__:
-        init = cls.__dict__.get("__init__")
-        if init is None:
-            continue
-        params = inspect.signature(init).parameters.values()
-        names |= {p.name for p in params if p.kind is p.KEYWORD_ONLY}
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
-            break
-    return names
