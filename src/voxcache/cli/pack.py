@@ -255,6 +255,8 @@ def _report(summary: dict[str, Any], as_json: bool) -> int:
               f"{len(summary['refused'])}, missing {len(summary['missing'])}, pinned "
               f"{summary['pinned']}" + (f", evicted at once by this cache's caps "
                                         f"{summary['evicted']}" if summary["evicted"] else ""))
+        for name in summary["missing"]:
+            print(f"  missing {name[:12]}: the pack does not carry it whole")
         for name, why in summary["refused"].items():
             print(f"  refused {name}: {why}")
         for name, why in summary["not_stored"].items():
