@@ -2,12 +2,15 @@
 
 Order of trust: the manifest and its signature are the first two members, and the
 signature is checked against the trusted keys before anything else is read —
-an untrusted or altered pack imports nothing. Then each entry must be
+an untrusted or altered pack imports nothing. Then the pack's place among its
+publisher's (``packs.sequence``): an older pack than one already taken from the same
+key imports nothing. Then the publisher's tombstones are applied (``tiers.purged``:
+what was purged there goes here too, and is remembered). Then each entry must be
 exactly what its manifest line says: the member's name is the line's path (a member
 no line names is refused), its size the line's size (checked before a byte is read),
 its BLAKE3 the line's, its envelope must verify under the line's key (so the file was
 stored under that key: a swapped entry fails here even with a valid checksum), and
-its kind and tenant must agree with the line.
+its kind and tenant must agree with the line; and no purge recorded here may cover it.
 Only then is it written, through the cache, with the disk tier's atomic publish — a
 killed import leaves whole entries or none, and running it again imports the rest
 (what is already stored is skipped). An entry that fails is refused and reported; the
@@ -29,11 +32,14 @@ import blake3
 from .. import identity
 from ..cache import Cache
 from ..entry import CorruptEntry, Entry, decode
+from ..errors import Overloaded
+from ..tiers import purged
 from ..tiers.entry_files import NotAnEntryFile
 from ..tiers.index import REQUEST_WAIT
 from .container import MANIFEST, MAX_SIGNATURE_BYTES, SIGNATURE, BadPack, PackReader
 from .manifest import MAX_MANIFEST_BYTES, Line, Manifest, digest, parse
-from .signing import PublicKey, verify
+from .sequence import admit
+from .signing import PublicKey, UntrustedPack, verify
 
 log = logging.getLogger("voxcache.packs")
 
@@ -67,28 +73,37 @@ class Imported:
     missing: list[str] = field(default_factory=list)
     """Keys the manifest names that the pack does not carry whole (it was cut short: the
     entry the cut ended is here too)."""
+    purged: list[str] = field(default_factory=list)
+    """Carried and verified, but purged here (or by the pack's own tombstones) up to a
+    time after the take was made: not stored, and never will be by an import."""
     evicted: list[str] = field(default_factory=list)
     """Imported, then evicted by this cache's own caps before the import ended (a small
     device keeping what its clients use: see docs/edge.md)."""
+    removed: list[str] = field(default_factory=list)
+    """Takes this node held that the pack's tombstones removed."""
     pinned: int = 0
     bytes: int = 0
     truncated: str | None = None
     snapshot: str | None = None
     identity_recorded: bool = False
+    sequence: int = 0
+    tombstones: int = 0
     strays: int = 0
     """Members no line names (each is in ``refused`` under its member name)."""
 
     @property
     def complete(self) -> bool:
-        """Every entry of the pack is now here (imported, skipped, kept or expired)."""
+        """Every entry of the pack is now here (imported, skipped, kept), or is not to be
+        (expired, purged)."""
         return not (self.refused or self.not_stored or self.missing or self.truncated)
 
     @property
     def accounted(self) -> int:
         """Manifest lines the report places: equal to ``entries`` (each line is in exactly
-        one of imported, skipped, kept, expired, refused, not_stored, missing)."""
+        one of imported, skipped, kept, expired, purged, refused, not_stored, missing)."""
         return (len(self.imported) + len(self.skipped) + len(self.kept) + len(self.expired)
-                + len(self.refused) - self.strays + len(self.not_stored) + len(self.missing))
+                + len(self.purged) + len(self.refused) - self.strays + len(self.not_stored)
+                + len(self.missing))
 
     def describe(self) -> dict[str, Any]:
         """A JSON summary: counts, and the reason for every refusal."""
@@ -96,34 +111,48 @@ class Imported:
                 "imported": len(self.imported), "skipped": len(self.skipped),
                 "kept": len(self.kept), "expired": len(self.expired),
                 "refused": dict(self.refused), "not_stored": dict(self.not_stored),
-                "missing": list(self.missing), "evicted": len(self.evicted),
+                "missing": list(self.missing), "purged": list(self.purged),
+                "evicted": len(self.evicted), "removed": list(self.removed),
                 "pinned": self.pinned, "bytes": self.bytes, "strays": self.strays,
-                "accounted": self.accounted, "truncated": self.truncated,
+                "accounted": self.accounted, "sequence": self.sequence,
+                "tombstones": self.tombstones, "truncated": self.truncated,
                 "complete": self.complete}
 
 
-def read_header(reader: PackReader, trusted: list[PublicKey]
+def read_header(reader: PackReader, trusted: list[PublicKey], expect: str | None = None
                 ) -> tuple[Manifest, bytes, str]:
-    """The verified manifest, its bytes and the id of the key that signed it."""
+    """The verified manifest, its bytes and the id of the key that signed it (with
+    ``expect``, the manifest must be the one of that digest: ``pack pull`` asked for it)."""
     try:
         manifest_bytes = _member(reader, MANIFEST, MAX_MANIFEST_BYTES)
         signature = _member(reader, SIGNATURE, MAX_SIGNATURE_BYTES)
     except BadPack as exc:
         raise BadPack(f"not a voxcache pack: {exc} (or the file was cut short before its "
                       "manifest); nothing was imported") from None
+    if expect is not None and digest(manifest_bytes) != expect:
+        raise UntrustedPack(f"the file holds pack {digest(manifest_bytes)[:12]}, not pack "
+                            f"{expect[:12]} that was asked for (the center, or something on "
+                            "the way, sent another pack); nothing was imported")
     signer = verify(signature, manifest_bytes, trusted)  # before a byte of it is believed
     return parse(manifest_bytes), manifest_bytes, signer.id
 
 
 def import_pack(cache: Cache, stream: BinaryIO, trusted: list[PublicKey], *,
                 pin: bool = False, progress: Progress | None = None,
-                now: float | None = None) -> Imported:
+                now: float | None = None, expect: str | None = None) -> Imported:
     """Verify and import a pack read from ``stream``; see the module docstring."""
     reader = PackReader(stream)
-    manifest, manifest_bytes, signer = read_header(reader, trusted)
+    manifest, manifest_bytes, signer = read_header(reader, trusted, expect)
     report = Imported(digest(manifest_bytes), signer, len(manifest.lines),
-                      snapshot=manifest.snapshot)
+                      snapshot=manifest.snapshot, sequence=manifest.order,
+                      tombstones=len(manifest.purged))
+    try:
+        admit(cache.disk.index, signer, manifest.order, report.digest)
+    except sqlite3.Error as exc:
+        raise Overloaded(f"this cache's index cannot record the pack's sequence now ({exc}); "
+                         "nothing was imported — try again") from None
     report.identity_recorded = _record_identity(cache, manifest)
+    _apply_tombstones(cache, manifest.purged, report)
     _entries(cache, reader, manifest, pin, report, progress, now)
     kinds = {line.key: line.kind for line in manifest.lines}
     report.evicted = [key for key in report.imported
@@ -170,6 +199,27 @@ def _entries(cache: Cache, reader: PackReader, manifest: Manifest, pin: bool,
     report.missing = [line.key for line in manifest.lines if line.member not in seen]
 
 
+def _apply_tombstones(cache: Cache, tombstones: tuple[purged.Tombstone, ...],
+                      report: Imported) -> None:
+    """The publisher purged these keys: remove the takes they cover here, and remember
+    every one of them (as the pack says: a newer take held here stays, and may stay)."""
+    if not tombstones:
+        return
+    keep = []
+    for tombstone in tombstones:
+        held = _stored(cache, tombstone.key, tombstone.kind)
+        if held is not None and tombstone.covers(held.header.created):
+            cache.delete(tombstone.key, tombstone.kind, until=tombstone.until)
+            report.removed.append(tombstone.key)
+        else:
+            keep.append((tombstone.key, tombstone.kind, tombstone.until))
+    try:
+        purged.record(cache.disk.index, keep, covering=False)
+    except sqlite3.Error as exc:
+        raise Overloaded(f"this cache's index cannot record the pack's purged keys now "
+                         f"({exc}); import the pack again") from None
+
+
 def _one(cache: Cache, line: Line, blob: bytes, pin: bool, report: Imported,
          now: float) -> None:
     """Check one entry against its line and store it (or say why not)."""
@@ -180,6 +230,15 @@ def _one(cache: Cache, line: Line, blob: bytes, pin: bool, report: Imported,
     entry = decode(blob, line.key)
     if entry.header.expired(now):
         report.expired.append(line.key)
+        return
+    try:
+        tombstone = purged.lookup(cache.disk.index, line.key)
+    except sqlite3.Error as exc:
+        report.refused[line.key] = (f"this node's purges cannot be read now ({exc}); "
+                                    "import the pack again")
+        return
+    if tombstone is not None and tombstone.covers(entry.header.created):
+        report.purged.append(line.key)
         return
     wanted_pin = pin or line.pinned
     held = _stored(cache, line.key, line.kind)
