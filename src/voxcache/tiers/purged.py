@@ -12,7 +12,7 @@ A purge here covers the take it removes: ``until`` is the purge's time or the st
 take's creation time, whichever is later (so a clock behind the publisher's cannot let
 that same take back in). A tombstone a pack carries is recorded as the pack says.
 
-The rows live in the index database (table ``purged``, about 100 bytes a key), which a
+The rows live in the index database (table ``purged``, about 170 bytes a key), which a
 rebuild carries over (``Index.carry_over``); they are never pruned, because a take
 without an expiry could be offered again at any time.
 """
