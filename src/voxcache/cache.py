@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .entry import Entry
+from .tiers import purged
 from .tiers.base import TierStack
 from .tiers.bus import News
 from .tiers.disk import DiskTier
@@ -165,10 +166,15 @@ class Cache:
             self._publish([News("pin" if pinned else "unpin", key, until=until)])
         return found
 
-    def delete(self, key: str, kind: str = "audio") -> bool:
+    def delete(self, key: str, kind: str = "audio", *, until: float | None = None) -> bool:
         """Remove an entry and the entries derived from it (its encoded deliveries) from
-        every tier, here and — through the invalidation log — in every other process."""
+        every tier, here and — through the invalidation log — in every other process.
+
+        A delete is a purge: it is remembered first (``tiers.purged``: no import brings a
+        take of these keys created up to ``until`` back, and packs published from here
+        carry the tombstones). ``until`` defaults to now."""
         targets = [(key, kind), *self.disk.children(key)]
+        self._remember_purged(targets, time.time() if until is None else until)
         found = False
         for target, target_kind in targets:
             found = self.tiers.delete(target, target_kind) or found
@@ -176,6 +182,16 @@ class Cache:
         self._publish([News("delete", target, kind=target_kind)
                        for target, target_kind in targets])
         return found
+
+    def _remember_purged(self, targets: list[tuple[str, str]], until: float) -> None:
+        """Record purged keys before they go (their rows name the tenant and creation
+        time). The delete goes ahead when the index cannot record them: counted, logged."""
+        try:
+            purged.record(self.disk.index, [(k, kind, until) for k, kind in targets],
+                          covering=True)
+        except sqlite3.Error as exc:
+            self.disk.faults.report("purge record", exc, "a purge could not be remembered; "
+                                    "an older pack imported later could bring it back")
 
     def lock_fault(self, exc: OSError) -> None:
         """A per-key lock could not be taken (read-only folder, no inodes): counted, logged
@@ -229,7 +245,9 @@ class Cache:
         line (never the shared tiers: the other node did that), publishing nothing again."""
         key = news.subject
         if news.event == "delete":
-            for target, kind in [(key, news.kind or "audio"), *self.disk.children(key)]:
+            targets = [(key, news.kind or "audio"), *self.disk.children(key)]
+            self._remember_purged(targets, time.time())
+            for target, kind in targets:
                 self.nodes.discard(target)  # a queued write here must not bring it back
                 self.tiers.forget(target)
                 self.tiers.call(self.disk, "delete", lambda t=target, k=kind:

@@ -251,10 +251,15 @@ def _report(summary: dict[str, Any], as_json: bool) -> int:
     else:
         print(f"pack {summary['digest'][:12]} signed by {summary['signed_by']}: imported "
               f"{summary['imported']}, already here {summary['skipped']}, kept (another take "
-              f"here) {summary['kept']}, expired {summary['expired']}, refused "
-              f"{len(summary['refused'])}, missing {len(summary['missing'])}, pinned "
-              f"{summary['pinned']}" + (f", evicted at once by this cache's caps "
-                                        f"{summary['evicted']}" if summary["evicted"] else ""))
+              f"here) {summary['kept']}, expired {summary['expired']}, purged here "
+              f"{len(summary['purged'])}, refused {len(summary['refused'])}, missing "
+              f"{len(summary['missing'])}, pinned {summary['pinned']}"
+              + (f", evicted at once by this cache's caps {summary['evicted']}"
+                 if summary["evicted"] else "")
+              + (f"; removed {len(summary['removed'])} takes the publisher purged"
+                 if summary["removed"] else ""))
+        for name in summary["missing"]:
+            print(f"  missing {name[:12]}: the pack does not carry it whole")
         for name, why in summary["refused"].items():
             print(f"  refused {name}: {why}")
         for name, why in summary["not_stored"].items():

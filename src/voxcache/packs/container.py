@@ -11,6 +11,11 @@ byte had been verified. Here each 512-byte header is parsed by tarfile's own
 ``TarInfo.frombuf`` (which checks its checksum), anything but a regular file is
 refused, and the caller decides — from the signed manifest — how many bytes a
 member may have before any of them is read. Nothing is ever extracted by name.
+
+Every number a header carries is bounded before it is used: a member's size must lie
+between 0 and ``MAX_MEMBER_BYTES`` (tar's base-256 encoding can say -1 or 2**88), else
+reading stops there. Reads go in chunks of at most ``_READ_CHUNK`` into one buffer, so
+what a member costs in memory is what it holds, never more.
 """
 
 from __future__ import annotations
@@ -20,11 +25,15 @@ import tarfile
 from typing import BinaryIO
 
 from ..errors import InvalidParameter
+from ..tiers.entry_files import MAX_ENTRY_BYTES
 
 BLOCK = 512
 MANIFEST = "manifest.json"
 SIGNATURE = "manifest.sig"
 MAX_SIGNATURE_BYTES = 4096
+MAX_MEMBER_BYTES = MAX_ENTRY_BYTES
+"""No member of a pack is larger: an entry is at most the disk tier's entry limit and the
+manifest is capped lower still (``manifest.MAX_MANIFEST_BYTES``)."""
 _READ_CHUNK = 1 << 20
 
 
@@ -65,20 +74,29 @@ class PackReader:
         if block is None or block == b"\0" * BLOCK:
             return None
         try:
-            info = tarfile.TarInfo.frombuf(block, "utf-8", "strict")
-        except (tarfile.HeaderError, UnicodeDecodeError) as exc:
+            info = tarfile.TarInfo.frombuf(bytes(block), "utf-8", "strict")
+        except (tarfile.HeaderError, UnicodeDecodeError, ValueError) as exc:
             raise BadPack(f"damaged archive header at byte {self.offset - BLOCK}: {exc}") \
                 from None
         if info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
             raise BadPack(f"member {info.name!r} is not a regular file (type "
                           f"{info.type!r}); packs hold only regular files")
+        if not 0 <= info.size <= MAX_MEMBER_BYTES:
+            raise BadPack(f"member {info.name!r} at byte {self.offset - BLOCK} declares "
+                          f"{info.size} bytes; a pack member has 0 to {MAX_MEMBER_BYTES}")
         return info.name, info.size
 
-    def read(self, size: int) -> bytes:
+    def read(self, size: int) -> bytearray:
         """The current member's data (``size`` as its header said), then its padding."""
+        data = self.read_data(size)
+        self.skip_padding(size)
+        return data
+
+    def read_data(self, size: int) -> bytearray:
+        """The current member's data only; ``skip_padding`` must follow (so a caller can use
+        a member whose data arrived whole before a cut in its padding ends the read)."""
         data = self._exactly(size)
         assert data is not None
-        self._skip_padding(size)
         return data
 
     def skip(self, size: int) -> None:
@@ -88,17 +106,22 @@ class PackReader:
             chunk = self._exactly(min(left, _READ_CHUNK))
             assert chunk is not None
             left -= len(chunk)
-        self._skip_padding(size)
+        self.skip_padding(size)
 
-    def _skip_padding(self, size: int) -> None:
+    def skip_padding(self, size: int) -> None:
         """Pass the zeros that fill a member's last block (anything else is damage)."""
         pad = -size % BLOCK
         if pad and self._exactly(pad) != b"\0" * pad:
             raise BadPack(f"damaged archive: the padding before byte {self.offset} is not "
                           "zeros")
 
-    def _exactly(self, size: int, allow_end: bool = False) -> bytes | None:
-        parts, left = [], size
+    def _exactly(self, size: int, allow_end: bool = False) -> bytearray | None:
+        """``size`` bytes (0 <= size <= MAX_MEMBER_BYTES, checked by every caller), read in
+        chunks into one growing buffer: a cut file costs what it held, not what it claimed,
+        and the whole is never held twice (a list of chunks joined at the end would be)."""
+        if not 0 <= size <= MAX_MEMBER_BYTES:
+            raise BadPack(f"refusing to read {size} bytes at byte {self.offset}")
+        data, left = bytearray(), size
         while left:
             chunk = self._stream.read(min(left, _READ_CHUNK))
             if not chunk:
@@ -106,7 +129,7 @@ class PackReader:
                     return None
                 raise BadPack(f"the pack ends early (at byte {self.offset}); it was cut short "
                               "— fetch it again")
-            parts.append(chunk)
+            data += chunk
             left -= len(chunk)
             self.offset += len(chunk)
-        return b"".join(parts)
+        return data

@@ -7,11 +7,16 @@ first in the file and be signed — can name every entry's BLAKE3. The second re
 each file again and writes it; entries are immutable, so it must hash the same,
 and an entry evicted or replaced between the passes stops the export with an error
 rather than ship a pack whose manifest lies.
+
+Every pack also carries the next sequence of its signing key and this node's
+tombstones (``provenance``): an importer never goes back to an older pack, and forgets
+what was purged here.
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,11 +27,13 @@ import blake3
 from ..cache import Cache
 from ..entry import CorruptEntry, EntryHeader, decode
 from ..errors import NotFound, Overloaded
+from ..tiers import purged
 from ..tiers.entry_files import NotAnEntryFile
 from ..tiers.index import IndexRow
 from .container import MANIFEST, SIGNATURE, PackWriter
 from .manifest import Line, Manifest, digest
 from .select import Selection
+from .sequence import issue
 from .signing import SigningKey
 
 Progress = Callable[[int, int], None]
@@ -49,11 +56,15 @@ class Exported:
     bytes: int
     left_out: dict[str, str] = field(default_factory=dict)
     """Selected keys that were not shipped, with why (damaged, expired, gone)."""
+    sequence: int | None = None
+    purged: int = 0
+    """Tombstones the pack carries."""
 
     def describe(self) -> dict[str, Any]:
         """A JSON summary (``pack export --json``, the center's pack descriptor)."""
         return {"digest": self.digest, "signed_by": self.key_id, "entries": self.entries,
-                "bytes": self.bytes, "left_out": dict(self.left_out)}
+                "bytes": self.bytes, "left_out": dict(self.left_out),
+                "sequence": self.sequence, "purged": self.purged}
 
 
 def select_rows(cache: Cache, selection: Selection) -> list[IndexRow]:
@@ -63,6 +74,18 @@ def select_rows(cache: Cache, selection: Selection) -> list[IndexRow]:
         raise NotFound("the cache index cannot answer now (locked or being rebuilt); "
                        "try again in a moment")
     return rows
+
+
+def provenance(cache: Cache, key: SigningKey, selection: Selection) -> dict[str, Any]:
+    """The manifest fields that keep an importer from going back: the next sequence of
+    ``key`` and the tombstones of this folder (of the selection's tenant, when it names
+    one; a purge of another key than the selection's is shipped too: a purge is a purge)."""
+    try:
+        return {"sequence": issue(cache.disk.index, key.id),
+                "purged": tuple(purged.listed(cache.disk.index, selection.tenant))}
+    except sqlite3.Error as exc:
+        raise NotFound(f"the cache index cannot answer now ({exc}); a pack needs its "
+                       "purged keys and sequence — try again in a moment") from None
 
 
 def plan(cache: Cache, rows: list[IndexRow], *, exclude: set[str] | frozenset[str] = frozenset(),
@@ -106,7 +129,8 @@ def write(cache: Cache, manifest: Manifest, key: SigningKey, out: BinaryIO,
         if progress is not None:
             progress(done, done_bytes)
     writer.close()
-    return Exported(digest(manifest_bytes), key.id, len(manifest.lines), done_bytes)
+    return Exported(digest(manifest_bytes), key.id, len(manifest.lines), done_bytes,
+                    sequence=manifest.sequence, purged=len(manifest.purged))
 
 
 def export_pack(cache: Cache, out: BinaryIO, selection: Selection, key: SigningKey, *,
@@ -118,7 +142,7 @@ def export_pack(cache: Cache, out: BinaryIO, selection: Selection, key: SigningK
     (a delta, described by ``base``)."""
     lines, left_out = plan(cache, select_rows(cache, selection), exclude=exclude)
     manifest = Manifest(tuple(lines), selection=selection.describe(), engine=identity,
-                        base=base, snapshot=snapshot)
+                        base=base, snapshot=snapshot, **provenance(cache, key, selection))
     exported = write(cache, manifest, key, out, progress)
     exported.left_out = left_out
     return exported

@@ -2,15 +2,19 @@
 
 Order of trust: the manifest and its signature are the first two members, and the
 signature is checked against the trusted keys before anything else is read —
-an untrusted or altered pack imports nothing. Then each entry must be exactly what
-its manifest line says: the member's name is the line's path (a member no line
-names is refused), its size the line's size (checked before a byte is read), its
-BLAKE3 the line's, its envelope must verify under the line's key (so the file was
-stored under that key: a swapped entry fails here even with a valid checksum),
-and its kind and tenant must agree with the line. Only then is it written, through
-the cache, with the disk tier's atomic publish — a killed import leaves whole
-entries or none, and running it again imports the rest (what is already stored is
-skipped). An entry that fails is refused and reported; the others are imported.
+an untrusted or altered pack imports nothing. Then the pack's place among its
+publisher's (``packs.sequence``): an older pack than one already taken from the same
+key imports nothing. Then the publisher's tombstones are applied (``tiers.purged``:
+what was purged there goes here too, and is remembered). Then each entry must be
+exactly what its manifest line says: the member's name is the line's path (a member
+no line names is refused), its size the line's size (checked before a byte is read),
+its BLAKE3 the line's, its envelope must verify under the line's key (so the file was
+stored under that key: a swapped entry fails here even with a valid checksum), and
+its kind and tenant must agree with the line; and no purge recorded here may cover it.
+Only then is it written, through the cache, with the disk tier's atomic publish — a
+killed import leaves whole entries or none, and running it again imports the rest
+(what is already stored is skipped). An entry that fails is refused and reported; the
+others are imported. Every line of the manifest ends in exactly one list of the report.
 """
 
 from __future__ import annotations
@@ -28,16 +32,24 @@ import blake3
 from .. import identity
 from ..cache import Cache
 from ..entry import CorruptEntry, Entry, decode
+from ..errors import Overloaded
+from ..tiers import purged
 from ..tiers.entry_files import NotAnEntryFile
 from ..tiers.index import REQUEST_WAIT
 from .container import MANIFEST, MAX_SIGNATURE_BYTES, SIGNATURE, BadPack, PackReader
 from .manifest import MAX_MANIFEST_BYTES, Line, Manifest, digest, parse
-from .signing import PublicKey, verify
+from .sequence import admit
+from .signing import PublicKey, UntrustedPack, verify
 
 log = logging.getLogger("voxcache.packs")
 
 Progress = Callable[[int, int, int, int], None]
 """Called with (entries done, entries in the pack, bytes done, bytes in the pack)."""
+
+MAX_STRAYS = 64
+"""Members no manifest line names that one import reports before it stops reading: a pack
+this tool wrote has none, and each would cost a line of the report (so a file of tiny
+members could not grow it without bound)."""
 
 
 @dataclass(slots=True)
@@ -59,20 +71,39 @@ class Imported:
     not_stored: dict[str, str] = field(default_factory=dict)
     """Verified, but the cache could not store them (a full disk)."""
     missing: list[str] = field(default_factory=list)
-    """Keys the manifest names that the pack does not carry (it was cut short)."""
+    """Keys the manifest names that the pack does not carry whole (it was cut short: the
+    entry the cut ended is here too)."""
+    purged: list[str] = field(default_factory=list)
+    """Carried and verified, but purged here (or by the pack's own tombstones) up to a
+    time after the take was made: not stored, and never will be by an import."""
     evicted: list[str] = field(default_factory=list)
     """Imported, then evicted by this cache's own caps before the import ended (a small
     device keeping what its clients use: see docs/edge.md)."""
+    removed: list[str] = field(default_factory=list)
+    """Takes this node held that the pack's tombstones removed."""
     pinned: int = 0
     bytes: int = 0
     truncated: str | None = None
     snapshot: str | None = None
     identity_recorded: bool = False
+    sequence: int = 0
+    tombstones: int = 0
+    strays: int = 0
+    """Members no line names (each is in ``refused`` under its member name)."""
 
     @property
     def complete(self) -> bool:
-        """Every entry of the pack is now here (imported, skipped, kept or expired)."""
+        """Every entry of the pack is now here (imported, skipped, kept), or is not to be
+        (expired, purged)."""
         return not (self.refused or self.not_stored or self.missing or self.truncated)
+
+    @property
+    def accounted(self) -> int:
+        """Manifest lines the report places: equal to ``entries`` (each line is in exactly
+        one of imported, skipped, kept, expired, purged, refused, not_stored, missing)."""
+        return (len(self.imported) + len(self.skipped) + len(self.kept) + len(self.expired)
+                + len(self.purged) + len(self.refused) - self.strays + len(self.not_stored)
+                + len(self.missing))
 
     def describe(self) -> dict[str, Any]:
         """A JSON summary: counts, and the reason for every refusal."""
@@ -80,60 +111,113 @@ class Imported:
                 "imported": len(self.imported), "skipped": len(self.skipped),
                 "kept": len(self.kept), "expired": len(self.expired),
                 "refused": dict(self.refused), "not_stored": dict(self.not_stored),
-                "missing": list(self.missing), "evicted": len(self.evicted),
-                "pinned": self.pinned, "bytes": self.bytes,
-                "truncated": self.truncated, "complete": self.complete}
+                "missing": list(self.missing), "purged": list(self.purged),
+                "evicted": len(self.evicted), "removed": list(self.removed),
+                "pinned": self.pinned, "bytes": self.bytes, "strays": self.strays,
+                "accounted": self.accounted, "sequence": self.sequence,
+                "tombstones": self.tombstones, "truncated": self.truncated,
+                "complete": self.complete}
 
 
-def read_header(reader: PackReader, trusted: list[PublicKey]) -> tuple[Manifest, bytes, str]:
-    """The verified manifest, its bytes and the id of the key that signed it."""
+def read_header(reader: PackReader, trusted: list[PublicKey], expect: str | None = None
+                ) -> tuple[Manifest, bytes, str]:
+    """The verified manifest, its bytes and the id of the key that signed it (with
+    ``expect``, the manifest must be the one of that digest: ``pack pull`` asked for it)."""
     try:
         manifest_bytes = _member(reader, MANIFEST, MAX_MANIFEST_BYTES)
+        signature = _member(reader, SIGNATURE, MAX_SIGNATURE_BYTES)
     except BadPack as exc:
-        raise BadPack(f"not a voxcache pack, or cut short before its manifest ({exc})") \
-            from None
-    signature = _member(reader, SIGNATURE, MAX_SIGNATURE_BYTES)
+        raise BadPack(f"not a voxcache pack: {exc} (or the file was cut short before its "
+                      "manifest); nothing was imported") from None
+    if expect is not None and digest(manifest_bytes) != expect:
+        raise UntrustedPack(f"the file holds pack {digest(manifest_bytes)[:12]}, not pack "
+                            f"{expect[:12]} that was asked for (the center, or something on "
+                            "the way, sent another pack); nothing was imported")
     signer = verify(signature, manifest_bytes, trusted)  # before a byte of it is believed
     return parse(manifest_bytes), manifest_bytes, signer.id
 
 
 def import_pack(cache: Cache, stream: BinaryIO, trusted: list[PublicKey], *,
                 pin: bool = False, progress: Progress | None = None,
-                now: float | None = None) -> Imported:
+                now: float | None = None, expect: str | None = None) -> Imported:
     """Verify and import a pack read from ``stream``; see the module docstring."""
     reader = PackReader(stream)
-    manifest, manifest_bytes, signer = read_header(reader, trusted)
+    manifest, manifest_bytes, signer = read_header(reader, trusted, expect)
     report = Imported(digest(manifest_bytes), signer, len(manifest.lines),
-                      snapshot=manifest.snapshot)
+                      snapshot=manifest.snapshot, sequence=manifest.order,
+                      tombstones=len(manifest.purged))
+    try:
+        admit(cache.disk.index, signer, manifest.order, report.digest)
+    except sqlite3.Error as exc:
+        raise Overloaded(f"this cache's index cannot record the pack's sequence now ({exc}); "
+                         "nothing was imported — try again") from None
     report.identity_recorded = _record_identity(cache, manifest)
+    _apply_tombstones(cache, manifest.purged, report)
+    _entries(cache, reader, manifest, pin, report, progress, now)
+    kinds = {line.key: line.kind for line in manifest.lines}
+    report.evicted = [key for key in report.imported
+                      if not cache.disk.contains(key, kinds[key])]
+    return report
+
+
+def _entries(cache: Cache, reader: PackReader, manifest: Manifest, pin: bool,
+             report: Imported, progress: Progress | None, now: float | None) -> None:
+    """Read the members after the manifest one by one and place every line in the report.
+
+    A line counts as seen once its member's data arrived whole (or was refused by its
+    size), so the entry a cut ends is reported missing; a member whose data arrived whole
+    is imported even when the cut falls in the padding after it."""
     expected = {line.member: line for line in manifest.lines}
     seen: set[str] = set()
-    total = manifest.total_bytes
     try:
         while (member := reader.next_member()) is not None:
             name, size = member
             line = expected.get(name)
             if line is None or name in seen:
-                reader.skip(size)
+                if report.strays == MAX_STRAYS:
+                    raise BadPack(f"more than {MAX_STRAYS} members the manifest does not "
+                                  "name; this is not a pack this tool wrote, reading stops")
+                report.strays += 1
                 report.refused[name] = ("the manifest names no such entry" if line is None
                                         else "a second copy of an entry")
-                continue
-            seen.add(name)
-            if size != line.size:
                 reader.skip(size)
+                continue
+            if size != line.size:
+                seen.add(name)
                 report.refused[line.key] = f"{size} bytes, but the manifest says {line.size}"
+                reader.skip(size)
             else:
-                _one(cache, line, reader.read(size), pin, report,
-                     time.time() if now is None else now)
+                blob = bytes(reader.read_data(size))
+                seen.add(name)
+                _one(cache, line, blob, pin, report, time.time() if now is None else now)
+                del blob
+                reader.skip_padding(size)
             if progress is not None:
-                progress(len(seen), len(manifest.lines), reader.offset, total)
+                progress(len(seen), len(manifest.lines), reader.offset, manifest.total_bytes)
     except BadPack as exc:
         report.truncated = str(exc)
     report.missing = [line.key for line in manifest.lines if line.member not in seen]
-    kinds = {line.key: line.kind for line in manifest.lines}
-    report.evicted = [key for key in report.imported
-                      if not cache.disk.contains(key, kinds[key])]
-    return report
+
+
+def _apply_tombstones(cache: Cache, tombstones: tuple[purged.Tombstone, ...],
+                      report: Imported) -> None:
+    """The publisher purged these keys: remove the takes they cover here, and remember
+    every one of them (as the pack says: a newer take held here stays, and may stay)."""
+    if not tombstones:
+        return
+    keep = []
+    for tombstone in tombstones:
+        held = _stored(cache, tombstone.key, tombstone.kind)
+        if held is not None and tombstone.covers(held.header.created):
+            cache.delete(tombstone.key, tombstone.kind, until=tombstone.until)
+            report.removed.append(tombstone.key)
+        else:
+            keep.append((tombstone.key, tombstone.kind, tombstone.until))
+    try:
+        purged.record(cache.disk.index, keep, covering=False)
+    except sqlite3.Error as exc:
+        raise Overloaded(f"this cache's index cannot record the pack's purged keys now "
+                         f"({exc}); import the pack again") from None
 
 
 def _one(cache: Cache, line: Line, blob: bytes, pin: bool, report: Imported,
@@ -147,8 +231,17 @@ def _one(cache: Cache, line: Line, blob: bytes, pin: bool, report: Imported,
     if entry.header.expired(now):
         report.expired.append(line.key)
         return
+    try:
+        tombstone = purged.lookup(cache.disk.index, line.key)
+    except sqlite3.Error as exc:
+        report.refused[line.key] = (f"this node's purges cannot be read now ({exc}); "
+                                    "import the pack again")
+        return
+    if tombstone is not None and tombstone.covers(entry.header.created):
+        report.purged.append(line.key)
+        return
     wanted_pin = pin or line.pinned
-    held = _stored(cache, line)
+    held = _stored(cache, line.key, line.kind)
     if held is not None and not held.header.expired(now):
         same_take = bytes(held.payload) == bytes(entry.payload)  # envelopes may differ
         (report.skipped if same_take else report.kept).append(line.key)
@@ -192,21 +285,21 @@ def _refusal(line: Line, blob: bytes) -> str | None:
     return None
 
 
-def _stored(cache: Cache, line: Line) -> Entry | None:
-    """The verified entry already stored under the line's key here, if any (read directly:
-    an import must not count hits)."""
+def _stored(cache: Cache, key: str, kind: str) -> Entry | None:
+    """The verified entry already stored under ``key`` here, if any (read directly: an
+    import must not count hits)."""
     try:
-        blob = cache.disk.read_stored(line.key, line.kind)  # a file, or inline when small
-        return None if blob is None else decode(blob, line.key)
+        blob = cache.disk.read_stored(key, kind)  # a file, or inline when small
+        return None if blob is None else decode(blob, key)
     except (OSError, NotAnEntryFile, CorruptEntry):
         return None
 
 
-def _member(reader: PackReader, name: str, limit: int) -> bytes:
+def _member(reader: PackReader, name: str, limit: int) -> bytearray:
     member = reader.next_member()
     if member is None or member[0] != name:
         found = "the end of the file" if member is None else repr(member[0])
-        raise BadPack(f"not a voxcache pack: expected {name!r}, found {found}")
+        raise BadPack(f"expected {name!r}, found {found}")
     if member[1] > limit:
         raise BadPack(f"{name} is {member[1]} bytes, over the {limit} limit")
     return reader.read(member[1])

@@ -5,7 +5,10 @@ collision-resistant hash: the signature over the manifest then pins every byte o
 every entry; XXH3, which the envelope uses against accidents, would let a forger
 craft a second file with the same checksum), with the tenant, pin and the index's
 descriptive fields, plus the identity of the engine the takes were keyed with and,
-for a delta, the digest of the manifest it was computed against.
+for a delta, the digest of the manifest it was computed against; its ``sequence``
+(``packs.sequence``: an importer never goes back to an older pack of the same
+publisher) and the publisher's tombstones, ``purged`` (``tiers.purged``: keys an
+importer removes and never stores again up to their ``until``).
 
 Parsing trusts nothing: every field is type- and range-checked and a key may appear
 once, so a manifest that a trusted key signed by mistake still cannot make the
@@ -27,6 +30,7 @@ import blake3
 from ..errors import InvalidParameter
 from ..tiers.entry_files import MAX_ENTRY_BYTES
 from ..tiers.layout import suffix_of
+from ..tiers.purged import Tombstone
 
 FORMAT = "voxcache-pack"
 NODE_FORMAT = "voxcache-node-manifest"
@@ -79,6 +83,12 @@ class Manifest:
     snapshot: str | None = None
     """Published packs: the digest of the whole selection's manifest this pack completes
     (an edge sends it back as ``base`` next time)."""
+    sequence: int | None = None
+    """The publisher's number for this pack (``packs.sequence``); None in packs made before
+    sequences existed (``created`` stands in)."""
+    purged: tuple[Tombstone, ...] = ()
+    """The publisher's tombstones: keys purged there, each with the creation time up to
+    which its takes are gone."""
 
     def to_bytes(self) -> bytes:
         """Canonical JSON: what is signed, hashed and written as ``manifest.json``."""
@@ -86,7 +96,8 @@ class Manifest:
             "format": FORMAT, "version": VERSION, "created": self.created,
             "selection": dict(self.selection), "engine": self.engine,
             "base": None if self.base is None else dict(self.base),
-            "snapshot": self.snapshot,
+            "snapshot": self.snapshot, "sequence": self.sequence,
+            "purged": [{"key": t.key, "kind": t.kind, "until": t.until} for t in self.purged],
             "totals": {"entries": len(self.lines), "bytes": sum(x.size for x in self.lines)},
             "entries": [asdict(line) for line in self.lines],
         }
@@ -97,6 +108,12 @@ class Manifest:
     def total_bytes(self) -> int:
         """Bytes of entries the pack carries."""
         return sum(line.size for line in self.lines)
+
+    @property
+    def order(self) -> int:
+        """Where this pack stands among its publisher's: the sequence, or for an older pack
+        its creation time in milliseconds (the scale sequences are issued on)."""
+        return self.sequence if self.sequence is not None else int(self.created * 1000)
 
 
 def digest(data: bytes) -> str:
@@ -123,8 +140,15 @@ def parse(data: bytes) -> Manifest:
         raise BadManifest("manifest 'engine' must be an object or null")
     if not isinstance(selection, dict):
         raise BadManifest("manifest 'selection' must be an object")
-    return Manifest(lines, _number(doc.get("created"), "created"), selection, engine, base,
-                    snapshot)
+    sequence = doc.get("sequence")
+    if sequence is not None and (isinstance(sequence, bool) or not isinstance(sequence, int)
+                                 or not 0 <= sequence < 2**63):
+        raise BadManifest("manifest 'sequence' must be null or an integer from 0 to 2**63-1")
+    created = _number(doc.get("created"), "created")
+    if not 0 <= created < 2**53 / 1000:
+        raise BadManifest("manifest 'created' must be a time in seconds since 1970")
+    return Manifest(lines, created, selection, engine, base, snapshot, sequence,
+                    _tombstones(doc.get("purged", [])))
 
 
 def keys_of(data: bytes) -> set[str]:
@@ -201,6 +225,26 @@ def _line(index: int, raw: Any) -> Line:
         expires=None if expires is None else _number(expires, f"{where} 'expires'"),
         engine=raw.get("engine", ""), model=raw.get("model", ""), voice=raw.get("voice", ""),
         text=raw.get("text", ""))
+
+
+def _tombstones(raw: Any) -> tuple[Tombstone, ...]:
+    """The ``purged`` list: each {"key", "kind", "until"} checked, no key twice."""
+    if not isinstance(raw, list):
+        raise BadManifest("manifest 'purged' must be a list")
+    found: dict[str, Tombstone] = {}
+    for i, item in enumerate(raw):
+        where = f"manifest purged[{i}]"
+        if not isinstance(item, dict) or set(item) != {"key", "kind", "until"}:
+            raise BadManifest(f"{where} must be {{\"key\", \"kind\", \"until\"}}")
+        key, kind = item["key"], item["kind"]
+        if not isinstance(key, str) or not KEY.fullmatch(key):
+            raise BadManifest(f"{where}: 'key' must be 64 hex digits")
+        if not isinstance(kind, str) or not KIND.fullmatch(kind):
+            raise BadManifest(f"{where}: 'kind' is malformed")
+        if key in found:
+            raise BadManifest(f"key {key} appears twice in the manifest's purged list")
+        found[key] = Tombstone(key, kind, _number(item["until"], f"{where} 'until'"))
+    return tuple(found.values())
 
 
 def _unique(lines: tuple[Line, ...]) -> None:

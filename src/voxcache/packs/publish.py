@@ -30,7 +30,7 @@ from typing import Any
 from ..cache import Cache
 from ..errors import NotFound
 from ..fsmode import private_dirs, write_private
-from .exporter import plan, select_rows, write
+from .exporter import plan, provenance, select_rows, write
 from .manifest import DIGEST, Manifest, digest
 from .select import Selection
 from .signing import SigningKey
@@ -64,7 +64,8 @@ class Publisher:
         manifest = Manifest(tuple(lines), selection=selection.describe(),
                             engine=dict(self.identity()), snapshot=snapshot,
                             base=None if known is None else {"digest": base,
-                                                             "entries": len(known)})
+                                                             "entries": len(known)},
+                            **provenance(self.cache, self.key, selection))
         private_dirs(self.root / SPOOL)
         temp = self.root / SPOOL / f".tmp-{os.getpid()}-{secrets.token_hex(6)}"
         try:

@@ -9,6 +9,11 @@ snapshot; a round that dies at any point is taken up again by the next one: the
 partial download resumes, a downloaded pack is imported again (what is already here
 is skipped), and an entry refused as damaged is asked for again next time.
 
+The import checks that the file holds the manifest whose digest was asked for, and
+the sequence check refuses a pack older than one already taken from its signer: a
+center (or anyone between) can hand back neither another pack nor an older one. A
+pack left pending by an earlier round that is now older is dropped and asked anew.
+
 The state of each (URL, selection) lives in ``packs/pulls/<id>.json``; an flock on
 ``<id>.lock`` keeps two pulls of the same source from running at once.
 """
@@ -34,11 +39,14 @@ from ..upstream.http import error_message
 from .importer import Imported, import_pack
 from .manifest import DIGEST
 from .select import Selection
+from .sequence import StalePack
 from .signing import PublicKey
 
 PULLS = Path("packs") / "pulls"
 INCOMING = Path("packs") / "incoming"
 CHUNK = 1 << 16
+MAX_PACK_BYTES = 1 << 40
+"""No pack is larger (a terabyte): the bound of a download whose descriptor states no size."""
 
 Bytes = Callable[[int, int], None]
 """Download progress: (bytes so far, bytes in all)."""
@@ -71,28 +79,38 @@ def pull_once(cache: Cache, source: Source, trusted: list[PublicKey], *, pin: bo
     check_url(source.url)
     with _exclusive(root / PULLS / f"{source.id}.lock"), _client(source, timeout) as client:
         state = _load(root, source)
-        pack, descriptor = None, None
-        if state.get("pending"):
-            pack = _download(client, root, state["pending"], on_bytes)
-        if pack is None:
-            descriptor = _prepare(client, source.selection, state.get("snapshot"))
-            state["pending"] = descriptor["digest"]
-            _save(root, source, state)
-            pack = _download(client, root, descriptor["digest"], on_bytes)
-            if pack is None:
-                raise UpstreamError(f"the center built pack {descriptor['digest'][:12]} but "
-                                    "does not serve it; try again")
-        try:
-            with open(pack, "rb") as stream:
-                report: Imported = import_pack(cache, stream, trusted, pin=pin,
-                                               progress=on_entries)
-        except InvalidParameter:  # untrusted or unreadable: never try this file again
-            pack.unlink(missing_ok=True)
-            state["pending"] = None
-            _save(root, source, state)
-            raise
+        descriptor = None
+        for _attempt in range(2):
+            pack = None
+            if state.get("pending"):
+                pack = _download(client, root, state["pending"], state.get("pending_size"),
+                                 on_bytes)
+            fresh = pack is None
+            if fresh:
+                descriptor = _prepare(client, source.selection, state.get("snapshot"))
+                state["pending"] = descriptor["digest"]
+                state["pending_size"] = descriptor.get("size")
+                _save(root, source, state)
+                pack = _download(client, root, descriptor["digest"], descriptor.get("size"),
+                                 on_bytes)
+                if pack is None:
+                    raise UpstreamError(f"the center built pack {descriptor['digest'][:12]} "
+                                        "but does not serve it; try again")
+            try:
+                with open(pack, "rb") as stream:
+                    report: Imported = import_pack(cache, stream, trusted, pin=pin,
+                                                   progress=on_entries,
+                                                   expect=state["pending"])
+            except InvalidParameter as exc:  # untrusted, unreadable, stale: never again
+                pack.unlink(missing_ok=True)
+                state["pending"] = state["pending_size"] = None
+                _save(root, source, state)
+                if isinstance(exc, StalePack) and not fresh:
+                    continue  # an older pack left pending by an earlier round: ask anew
+                raise
+            break
         pack.unlink(missing_ok=True)
-        state["pending"] = None
+        state["pending"] = state["pending_size"] = None
         if report.complete and report.snapshot:
             state["snapshot"] = report.snapshot
         _save(root, source, state)
@@ -112,18 +130,28 @@ def _prepare(client: Any, selection: Selection, base: str | None) -> dict[str, A
     return descriptor
 
 
-def _download(client: Any, root: Path, digest: str, on_bytes: Bytes | None) -> Path | None:
-    """The complete pack file, resuming a partial one; None when the center no longer has it."""
+def _download(client: Any, root: Path, digest: str, size: Any, on_bytes: Bytes | None
+              ) -> Path | None:
+    """The complete pack file, resuming a partial one; None when the center no longer has it.
+
+    At most ``size`` bytes (the size the center's descriptor announced, itself at most
+    ``MAX_PACK_BYTES``) are written: a body that would pass it is refused as it arrives,
+    so no answer can fill the disk. The file is named by the digest it was asked for; the
+    import checks that it holds that manifest."""
     import httpx
 
     if not DIGEST.fullmatch(digest):
         return None
+    limit = _size_limit(size)
     folder = root / INCOMING
     private_dirs(folder)
     done, part = folder / f"{digest}.vxpack", folder / f"{digest}.vxpack.part"
     if done.exists():
         return done
     have = part.stat().st_size if part.exists() else 0
+    if have > limit:
+        part.unlink()
+        have = 0
     headers = {"Range": f"bytes={have}-", "If-Range": f'"{digest}"'} if have else {}
     try:
         with client.stream("GET", f"/v1/packs/{digest}", headers=headers) as response:
@@ -135,12 +163,16 @@ def _download(client: Any, root: Path, digest: str, on_bytes: Bytes | None) -> P
                 _refuse(response)
             if response.status_code == 200:
                 have = 0  # the whole file (the center could not resume)
-            total = have + int(response.headers.get("content-length", 0))
+            total = have + _content_length(response, limit - have, part)
             fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
             with os.fdopen(fd, "r+b") as out:
                 out.truncate(have)
                 out.seek(have)
                 for chunk in response.iter_bytes(CHUNK):
+                    if have + len(chunk) > limit:
+                        out.truncate(0)
+                        raise UpstreamError(f"the center sent more than the {limit:,} bytes "
+                                            f"pack {digest[:12]} has; download stopped")
                     out.write(chunk)
                     have += len(chunk)
                     if on_bytes is not None:
@@ -150,6 +182,28 @@ def _download(client: Any, root: Path, digest: str, on_bytes: Bytes | None) -> P
                             f"{exc}); the next pull resumes it") from None
     os.replace(part, done)
     return done
+
+
+def _size_limit(size: Any) -> int:
+    """The bytes a download may have: the descriptor's size when it states a sane one."""
+    if isinstance(size, int) and not isinstance(size, bool) and 0 < size <= MAX_PACK_BYTES:
+        return size
+    return MAX_PACK_BYTES
+
+
+def _content_length(response: Any, most: int, part: Path) -> int:
+    """The answer's declared length, refused before a byte is read when it is not a count
+    or is over ``most`` (the partial file is dropped then: the next pull starts afresh)."""
+    raw = response.headers.get("content-length")
+    if raw is None:
+        return most
+    problem = "is not a byte count" if not (raw.isascii() and raw.isdigit()) else \
+        f"is over the {most:,} bytes the pack can still have" if int(raw) > most else None
+    if problem is not None:
+        part.unlink(missing_ok=True)
+        raise UpstreamError(f"the center answered with Content-Length {raw[:40]!r}, which "
+                            f"{problem}; download refused")
+    return int(raw)
 
 
 def _call(client: Any, method: str, path: str, **kwargs: Any) -> Any:

@@ -716,6 +716,7 @@ def _rebuilt(root: Path, path: Path, exc: BaseException) -> Index:
         with contextlib.suppress(FileNotFoundError):
             os.replace(f"{path}{suffix}", root / "quarantine" / f"{path.name}.{stamp}{suffix}")
     index = Index(path)
+    index.carry_over(root / "quarantine" / f"{path.name}.{stamp}")  # what the files cannot say
     rebuild_index(root, index)
     return index
 

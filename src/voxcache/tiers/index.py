@@ -68,6 +68,18 @@ CREATE TABLE IF NOT EXISTS ghosts (
 );
 CREATE TABLE IF NOT EXISTS policy (name TEXT PRIMARY KEY, value REAL NOT NULL);
 INSERT OR IGNORE INTO policy VALUES ('clock', 0);
+CREATE TABLE IF NOT EXISTS purged (
+    key TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    tenant TEXT NOT NULL DEFAULT '',
+    until REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pack_sequences (
+    key_id TEXT PRIMARY KEY,
+    sequence INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    at REAL NOT NULL
+);
 """
 
 MIGRATIONS: tuple[tuple[str, str], ...] = (
@@ -80,6 +92,11 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
              "DROP INDEX IF EXISTS entries_by_kind_score;"),
 )
 """Columns added since the first schema, with the statements that add each to an old index."""
+
+DURABLE_TABLES = ("purged", "pack_sequences")
+"""Tables that are not derived from the files, so a rebuild of the index must carry them
+over (``carry_over``): purged keys (``tiers.purged``) and the pack sequences seen per
+publisher (``packs.sequence``). Added to an old index by the schema itself."""
 
 BUSY_WAIT = 5.0
 """Seconds a maintenance statement waits for another process's write lock."""
@@ -179,8 +196,12 @@ class Index:
                 time.sleep(0.02 + 0.002 * attempt)
 
     def _schema_current(self) -> bool:
-        columns = {row[1] for row in self._connect().execute("PRAGMA table_info(entries)")}
-        return bool(columns) and all(name in columns for name, _ in MIGRATIONS)
+        db = self._connect()
+        columns = {row[1] for row in db.execute("PRAGMA table_info(entries)")}
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE "
+                                                "type = 'table'")}
+        return bool(columns) and all(name in columns for name, _ in MIGRATIONS) and (
+            set(DURABLE_TABLES) <= tables)
 
     @staticmethod
     def _migrations(db: sqlite3.Connection) -> str:
@@ -412,6 +433,24 @@ class Index:
                 return db.execute("PRAGMA quick_check(1)").fetchone()[0] == "ok"
         except sqlite3.DatabaseError:
             return False
+
+    def carry_over(self, old: str | os.PathLike[str]) -> int:
+        """Copy the durable tables' rows from another index file (a damaged one being
+        replaced, when they still read) into this one; return how many rows came."""
+        copied = 0
+        for table in DURABLE_TABLES:
+            try:
+                with contextlib.closing(sqlite3.connect(
+                        Path(old).resolve().as_uri() + "?mode=ro", uri=True, timeout=1)) as db:
+                    rows = db.execute(f"SELECT * FROM {table}").fetchall()
+            except sqlite3.DatabaseError:
+                continue
+            if rows:
+                marks = ",".join("?" * len(rows[0]))
+                with self.transaction() as db:
+                    copied += sum(db.execute(f"INSERT OR IGNORE INTO {table} VALUES "
+                                             f"({marks})", row).rowcount for row in rows)
+        return copied
 
     @classmethod
     def in_memory(cls) -> Index:

@@ -50,6 +50,7 @@ def rebuild_damaged(root: Path, index: Index) -> dict[str, int] | None:
         fresh = Index(temp)
         try:
             fresh.add_counters(_salvage_counters(index.path))
+            fresh.carry_over(index.path)  # purged keys, pack sequences: not in the files
             report = rebuild_index(root, fresh)
         finally:
             fresh.close()
