@@ -24,6 +24,7 @@ from typing import Any
 
 from .cache import CacheConfig
 from .errors import InvalidParameter
+from .logs import LOG_FORMATS
 from .tiers.nodes import LOCAL_TIERS, tier_list
 from .tiers.writebehind import DEFAULT_MAX_BYTES
 
@@ -69,6 +70,9 @@ class Settings:
     write is shed (counted): the take is served and stored locally, not shared."""
     lock_wait: float = 120.0
     max_text_chars: int = 5000
+    log_format: str = "text"
+    """Log lines as ``text`` (a UTC timestamp, level, logger, message) or ``json`` (one
+    object per line); ``--log-format`` on the command line."""
     segments: str = "auto"
     """Segment mode: ``auto`` (on where the engine splits context-free), ``on``, ``off``."""
     seed_policy: str = "pin"
@@ -121,6 +125,11 @@ def _coerce(name: str, value: Any) -> Any:
         return Path(value).expanduser()
     if name in ("piper_threads", "max_text_chars", "disk_max_entries"):
         return None if value in (None, "", "none") else int(value)
+    if name == "log_format":
+        if value not in LOG_FORMATS:
+            raise InvalidParameter(f"log_format must be one of {', '.join(LOG_FORMATS)}, "
+                                   f"got {value!r}")
+        return value
     if name == "upstream_options":
         return json.loads(value) if isinstance(value, str) else dict(value)
     if name in ("default_ttl", "lock_wait", "upstream_timeout"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
@@ -35,6 +36,7 @@ from .packs import is_fallback
 from .routes import cosyvoice, gpt_sovits, gpt_sovits_control
 from .serving import Server
 from .speech_memo import SpeechHitFastPath, SpeechMemo
+from .stopping import StopSignals
 from .voices import VoiceStore
 
 log = logging.getLogger("voxcache.service")
@@ -59,10 +61,15 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        stop = StopSignals()
+        stop.watch()
+        log.info("started: process %d serving %s", os.getpid(), cached.engine.id)
         yield
         # Graceful shutdown: uvicorn has stopped taking requests; finish renders, flush.
+        log.info("stopping (%s): finishing renders, closing the cache", stop.reason)
         admission.shutdown()
         cached.cache.close()
+        log.info("stopped (%s): process %d", stop.reason, os.getpid())
 
     app = FastAPI(title="voxcache", version="0.1.0", lifespan=lifespan,
                   summary="An inference cache for text-to-speech and voice cloning",
