@@ -55,13 +55,24 @@ class Settings:
     """Every setting of a voxcache process."""
 
     cache_dir: Path = field(default_factory=default_cache_dir)
+    """The cache folder: one per node, on a local filesystem (a network one is refused).
+    The service and the command line share it by default, so ``voxcache stats`` describes
+    what ``voxcache serve`` stored. ``--cache-dir`` on the command line."""
     engine: str = "piper"
+    """The engine that renders misses: ``piper`` (the ``[piper]`` extra) or ``tone`` (a test
+    tone); ``upstream`` replaces it with a running TTS server. ``--engine``."""
     piper_threads: int = 2
+    """Threads Piper's ONNX runtime uses for one render."""
     memory_budget: int = 256 * 2**20
     """Bytes per artifact kind held in memory."""
     disk_max_bytes: int | None = 5 * 2**30
+    """Bytes the disk tier may hold; past it the least valuable entries are evicted (pinned
+    ones never). ``none``: unbounded."""
     disk_max_entries: int | None = None
+    """Entries the disk tier may hold (``none``: unbounded)."""
     default_ttl: float | None = None
+    """Seconds a new take may be served, unless a request gives its own ``ttl``
+    (``none``: until evicted or purged)."""
     tiers: tuple[str, ...] = LOCAL_TIERS
     """Tiers in read order: ``memory``, ``disk``, then shared ones (``redis://…``, ``s3://…``;
     docs/cluster.md). TOML: a list; ``VOXCACHE_TIERS``: spellings separated by commas."""
@@ -69,7 +80,11 @@ class Settings:
     """Bytes of takes waiting to be written to each shared tier (per process); past it a
     write is shed (counted): the take is served and stored locally, not shared."""
     lock_wait: float = 120.0
+    """Seconds a caller waits for another caller's render of the same key (in this process,
+    on this machine or, with Redis, on another node) before rendering it itself."""
     max_text_chars: int = 5000
+    """Longest text a request may carry, in characters; a longer one is refused (400,
+    exit code 2)."""
     log_format: str = "text"
     """Log lines as ``text`` (a UTC timestamp, level, logger, message) or ``json`` (one
     object per line); ``--log-format`` on the command line."""
@@ -89,6 +104,8 @@ class Settings:
     upstream_revision: str | None = None
     """A label for the model behind the upstream URL; change it when that model changes."""
     upstream_timeout: float = 300.0
+    """Seconds a render on the upstream may take before it is given up (an error, nothing
+    stored)."""
     upstream_options: dict[str, Any] = field(default_factory=dict)
     """Kind-specific options (``ref_root_upstream``, ``sample_rate``, ``model``…; see
     voxcache.upstream)."""
