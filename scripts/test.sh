@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Install everything (system packages, venv, extras) and run the whole test suite.
+# Install everything (system packages, venv, every extra at the versions in constraints.txt)
+# and run the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VOXCACHE_EXTRAS=all,test bash scripts/setup.sh sox:sox chromium:chromium nginx:nginx wrk:wrk prometheus:prometheus promtool:prometheus redis-server:redis-server redis-cli:redis-tools espeak-ng:espeak-ng
+VOXCACHE_EXTRAS=all,test bash scripts/setup.sh sox:sox ffmpeg:ffmpeg chromium:chromium nginx:nginx wrk:wrk prometheus:prometheus promtool:prometheus redis-server:redis-server redis-cli:redis-tools espeak-ng:espeak-ng
 .venv/bin/ruff check src tests bench
 .venv/bin/lint-imports  # the layers and no import circles ([tool.importlinter] in pyproject.toml)
 # With 4 cores or more, test files run in parallel, one file per worker at a time

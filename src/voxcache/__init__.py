@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+__version__ = "0.2.0"
+"""This release (pyproject.toml reads it; what each release changed: CHANGELOG.md)."""
+
 from .audio import Audio
 from .cache import Cache, CacheConfig
 from .cached import CachedEngine, Result
@@ -21,5 +24,6 @@ __all__ = [
     "Result",
     "SynthesisRequest",
     "VoxcacheError",
+    "__version__",
     "load_engine",
 ]

@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from .. import __version__
 from ..config import load_settings
 from ..errors import VoxcacheError
 from ..logs import LOG_FORMATS, configure
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "~/.cache/voxcache)")
     parser.add_argument("--config", help="TOML settings file (default: $VOXCACHE_CONFIG)")
     parser.add_argument("--engine", help="engine to render with (piper, tone)")
+    parser.add_argument("--version", action="version", version=f"voxcache {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="log voxcache's own debug lines (libraries stay at warnings)")
     parser.add_argument("--log-format", choices=LOG_FORMATS, help="log lines as text (the "

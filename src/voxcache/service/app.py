@@ -19,6 +19,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
 
+from .. import __version__
 from ..cached import CachedEngine
 from ..config import Settings, load_settings
 from ..policies.segments import enabled
@@ -71,7 +72,7 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
         cached.cache.close()
         log.info("stopped (%s): process %d", stop.reason, os.getpid())
 
-    app = FastAPI(title="voxcache", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="voxcache", version=__version__, lifespan=lifespan,
                   summary="An inference cache for text-to-speech and voice cloning",
                   telemetry=NO_TELEMETRY)
     app.state.settings = settings
