@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-__version__ = "0.2.0"
-"""This release (pyproject.toml reads it; what each release changed: CHANGELOG.md)."""
-
 from .audio import Audio
 from .cache import Cache, CacheConfig
 from .cached import CachedEngine, Result
@@ -13,6 +10,9 @@ from .engines import load_engine
 from .errors import VoxcacheError
 from .params import ParamSpec
 from .request import SynthesisRequest
+
+__version__ = "0.2.0"
+"""This release (pyproject.toml reads it; what each release changed: CHANGELOG.md)."""
 
 __all__ = [
     "Audio",
