@@ -25,7 +25,7 @@ from ..config import Settings, load_settings
 from ..policies.segments import enabled
 from ..runtime import open_cached_engine
 from ..scheduling import Admission
-from . import admin, errors, speech, stored, voice_routes
+from . import admin, api_docs, errors, speech, stored, voice_routes
 from .access_log import AccessLog
 from .edge import EdgeFallback
 from .fastpath import StoredAudioFastPath
@@ -74,7 +74,8 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
 
     app = FastAPI(title="voxcache", version=__version__, lifespan=lifespan,
                   summary="An inference cache for text-to-speech and voice cloning",
-                  telemetry=NO_TELEMETRY)
+                  telemetry=NO_TELEMETRY, docs_url=None, redoc_url=None)
+    api_docs.install(app)  # /docs and /redoc from the vendored copies: they work offline
     app.state.settings = settings
     app.state.options = options
     app.state.server = server
