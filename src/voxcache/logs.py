@@ -80,12 +80,14 @@ def configure(log_format: str = "text", *, verbose: bool = False,
               level: int = logging.WARNING) -> dict[str, Any]:
     """Apply ``logging_config`` to this process and return it (for uvicorn's workers).
 
-    As ``logging.basicConfig`` does, it leaves a root logger that already has handlers (a
-    test harness, an application calling ``voxcache.cli.main``) alone, and only sets the
-    level of voxcache's loggers there."""
+    As ``logging.basicConfig`` does, it leaves a process whose root logger already has
+    handlers (a test harness, an application calling ``voxcache.cli.main``) alone, except
+    that it lowers voxcache's level when more was asked for (``-v``, ``serve``'s INFO)."""
     config = logging_config(log_format, verbose=verbose, level=level)
     if logging.getLogger().handlers:
-        logging.getLogger("voxcache").setLevel(config["loggers"]["voxcache"]["level"])
+        wanted = config["loggers"]["voxcache"]["level"]
+        if wanted < logging.WARNING:
+            logging.getLogger("voxcache").setLevel(wanted)
     else:
         logging.config.dictConfig(config)
     return config

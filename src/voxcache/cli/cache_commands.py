@@ -120,7 +120,10 @@ def stats(args: argparse.Namespace) -> int:
         print_json(data)
         return 0
     disk = data["tiers"]["disk"]
-    say(f"cache {data['root']}: {disk['entries']:,} entries, {human_size(disk['bytes'])} "
+    count = disk["entries"]
+    entries = ("entries unknown (the index cannot answer now)" if count is None else
+               f"{count:,} entr{'y' if count == 1 else 'ies'}")
+    say(f"cache {data['root']}: {entries}, {human_size(disk['bytes'])} "
         f"(cap {human_size(disk['max_bytes'])})")
     table((Column("counter"), Column("value", numeric=True)),
           ((name, value) for name, value in sorted(data["counters"].items())
