@@ -61,11 +61,14 @@ def table(columns: Sequence[Column], rows: Iterable[Sequence[Any]], *,
           title: str | None = None) -> None:
     """Print rows as a table on a terminal, as tab-separated values anywhere else.
 
-    Cells are shown as given (``None`` is empty); a title is only drawn on a terminal (in
-    a pipe the first line is the header, so ``cut -f``, ``sort`` and ``awk`` work at once).
+    Cells are shown as given (``None`` is empty). In a pipe a title becomes a ``# title``
+    line above the header (commands that print several tables, such as ``stats``, say
+    which is which; ``ls`` has none, so its first line is the header).
     """
     rows = list(rows)
     if not console.is_terminal:
+        if title:
+            sys.stdout.write(f"# {title}\n")
         # A line per write: a reader that leaves (``| head``) is then seen at the next
         # line, even on an unbuffered stdout, where one big write could end half-written
         # with no error (PYTHONUNBUFFERED: TextIOWrapper ignores a short write).
