@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Shared by run.sh and test.sh: system packages, a Python 3.11 venv, voxcache with every extra.
+# Shared by run.sh and test.sh: system packages (each "command:package" argument whose
+# command is missing), a virtualenv in .venv, and voxcache with the extras in
+# $VOXCACHE_EXTRAS (default: piper,service — what serving Piper needs), every package at the
+# version in constraints.txt (the set the tests ran with; pyproject.toml gives ranges).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
@@ -12,7 +15,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-PY=${PYTHON:-python3.11}
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
+if [ -z "${PYTHON:-}" ]; then  # the first Python 3.11-3.13 found, 3.11 (the tested one) first
+  for candidate in python3.11 python3.12 python3.13 python3; do
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c \
+        'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))'; then
+      PYTHON=$candidate
+      break
+    fi
+  done
+fi
+[ -n "${PYTHON:-}" ] || { echo "voxcache needs Python 3.11, 3.12 or 3.13 (set PYTHON)" >&2; exit 2; }
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e ".[${VOXCACHE_EXTRAS:-all}]"
+.venv/bin/python -m pip install -q -c constraints.txt -e ".[${VOXCACHE_EXTRAS:-piper,service}]"

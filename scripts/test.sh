@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Install everything (system packages, venv, extras) and run the whole test suite.
+# Install everything (system packages, venv, every extra at the versions in constraints.txt)
+# and run the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VOXCACHE_EXTRAS=all,test bash scripts/setup.sh sox:sox chromium:chromium nginx:nginx wrk:wrk prometheus:prometheus promtool:prometheus redis-server:redis-server redis-cli:redis-tools espeak-ng:espeak-ng
+VOXCACHE_EXTRAS=all,test bash scripts/setup.sh sox:sox ffmpeg:ffmpeg chromium:chromium nginx:nginx wrk:wrk prometheus:prometheus promtool:prometheus redis-server:redis-server redis-cli:redis-tools espeak-ng:espeak-ng
 # a third-party engine, its own distribution, loaded only through its entry point
 .venv/bin/python -m pip install -q --no-deps -e tests/plugins/voxcache-styletone
 .venv/bin/ruff check src tests bench

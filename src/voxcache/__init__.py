@@ -11,6 +11,9 @@ from .errors import VoxcacheError
 from .params import ParamSpec
 from .request import SynthesisRequest
 
+__version__ = "0.2.0"
+"""This release (pyproject.toml reads it; what each release changed: CHANGELOG.md)."""
+
 __all__ = [
     "Audio",
     "Cache",
@@ -21,5 +24,6 @@ __all__ = [
     "Result",
     "SynthesisRequest",
     "VoxcacheError",
+    "__version__",
     "load_engine",
 ]

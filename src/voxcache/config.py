@@ -24,6 +24,7 @@ from typing import Any
 
 from .cache import CacheConfig
 from .errors import InvalidParameter
+from .logs import LOG_FORMATS
 from .tiers.nodes import LOCAL_TIERS, tier_list
 from .tiers.publish import DEFAULT_MAX_BYTES
 
@@ -54,6 +55,9 @@ class Settings:
     """Every setting of a voxcache process."""
 
     cache_dir: Path = field(default_factory=default_cache_dir)
+    """The cache folder: one per node, on a local filesystem (a network one is refused).
+    The service and the command line share it by default, so ``voxcache stats`` describes
+    what ``voxcache serve`` stored. ``--cache-dir`` on the command line."""
     engine: str = "piper"
     """The engine: a name `voxcache engines` lists (a plugin of the ``voxcache.engines``
     entry-point group, built-ins included) or ``package.module:Class``."""
@@ -65,8 +69,13 @@ class Settings:
     memory_budget: int = 256 * 2**20
     """Bytes per artifact kind held in memory."""
     disk_max_bytes: int | None = 5 * 2**30
+    """Bytes the disk tier may hold; past it the least valuable entries are evicted (pinned
+    ones never). ``none``: unbounded."""
     disk_max_entries: int | None = None
+    """Entries the disk tier may hold (``none``: unbounded)."""
     default_ttl: float | None = None
+    """Seconds a new take may be served, unless a request gives its own ``ttl``
+    (``none``: until evicted or purged)."""
     tiers: tuple[str, ...] = LOCAL_TIERS
     """Tiers in read order: ``memory``, ``disk``, then shared ones (``redis://…``, ``s3://…``;
     docs/cluster.md). TOML: a list; ``VOXCACHE_TIERS``: spellings separated by commas."""
@@ -74,7 +83,14 @@ class Settings:
     """Bytes of takes waiting to be written to each shared tier (per process); past it a
     write is shed (counted): the take is served and stored locally, not shared."""
     lock_wait: float = 120.0
+    """Seconds a caller waits for another caller's render of the same key (in this process,
+    on this machine or, with Redis, on another node) before rendering it itself."""
     max_text_chars: int = 5000
+    """Longest text a request may carry, in characters; a longer one is refused (400,
+    exit code 2)."""
+    log_format: str = "text"
+    """Log lines as ``text`` (a UTC timestamp, level, logger, message) or ``json`` (one
+    object per line); ``--log-format`` on the command line."""
     segments: str = "auto"
     """Segment mode: ``auto`` (on where the engine splits context-free), ``on``, ``off``."""
     seed_policy: str = "pin"
@@ -91,6 +107,8 @@ class Settings:
     upstream_revision: str | None = None
     """A label for the model behind the upstream URL; change it when that model changes."""
     upstream_timeout: float = 300.0
+    """Seconds a render on the upstream may take before it is given up (an error, nothing
+    stored)."""
     upstream_options: dict[str, Any] = field(default_factory=dict)
     """Kind-specific options (``ref_root_upstream``, ``sample_rate``, ``model``…; see
     voxcache.upstream)."""
@@ -127,6 +145,11 @@ def _coerce(name: str, value: Any) -> Any:
         return Path(value).expanduser()
     if name in ("piper_threads", "max_text_chars", "disk_max_entries"):
         return None if value in (None, "", "none") else int(value)
+    if name == "log_format":
+        if value not in LOG_FORMATS:
+            raise InvalidParameter(f"log_format must be one of {', '.join(LOG_FORMATS)}, "
+                                   f"got {value!r}")
+        return value
     if name in ("upstream_options", "engine_options"):
         return _options(name, value)
     if name in ("default_ttl", "lock_wait", "upstream_timeout"):

@@ -2,9 +2,10 @@
 
 The cache stores 16-bit PCM inside a WAV once; every delivery format is an
 encoding of it, so asking for mp3 after wav is a hit, not a second render.
-Encoders are whatever libsndfile on this machine can write (checked at import,
-not assumed): wav and pcm always, flac, mp3 and Ogg Opus when the library has
-them. AAC has no encoder in libsndfile, so it is refused with the list of what
+Encoders are whatever this machine has (checked at import, not assumed): wav and
+pcm always; flac, mp3 and Ogg Opus when libsndfile can write them; AAC (ADTS, what
+OpenAI's ``aac`` is) through ffmpeg when it is on the PATH — libsndfile has no AAC
+encoder. A format this machine lacks is refused with why and the list of what
 works. Opus only takes 8/12/16/24/48 kHz, so other rates are resampled for it.
 
 A format may carry a delivery rate (``Format.at``): OpenAI's ``pcm`` is 24 kHz
@@ -21,18 +22,23 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import shutil
 import struct
+import subprocess
 from dataclasses import dataclass
 
 import numpy as np
 import soxr
 
 from .audio import Audio
-from .errors import InvalidParameter
+from .errors import InvalidParameter, UnsupportedFeature
 
 OPUS_RATES = (48000, 24000, 16000, 12000, 8000)
 WAV_HEADER_BYTES = 44
 """A plain PCM WAV header (``wav_header``): what delivered WAVs start with."""
+AAC_BITRATE = "128k"
+"""AAC-LC at 128 kb/s: transparent for speech, mono or stereo."""
+NO_FFMPEG = "aac is encoded by ffmpeg, which this machine lacks (apt-get install ffmpeg)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +70,13 @@ _CANDIDATES = (
     Format("flac", "audio/flac", "FLAC", "PCM_16"),
     Format("mp3", "audio/mpeg", "MP3", "MPEG_LAYER_III"),
     Format("opus", "audio/ogg; codecs=opus", "OGG", "OPUS"),
-    Format("aac", "audio/aac", "AAC", None),
+    Format("aac", "audio/aac", "ADTS", None),  # through ffmpeg (_aac)
 )
 
 
 def _writable(fmt: Format) -> bool:
+    if fmt.name == "aac":
+        return shutil.which("ffmpeg") is not None
     if fmt.container is None:
         return True
     import soundfile
@@ -80,15 +88,23 @@ def _writable(fmt: Format) -> bool:
 
 FORMATS = {f.name: f for f in _CANDIDATES if _writable(f)}
 """The formats this machine can deliver, by name."""
+UNAVAILABLE = {f.name: NO_FFMPEG if f.name == "aac" else
+               f"this machine's libsndfile cannot write {f.name}"
+               for f in _CANDIDATES if f.name not in FORMATS}
+"""Formats voxcache knows but this machine cannot deliver, and why."""
 
 
 def lookup(name: str) -> Format:
-    """Return a supported format or refuse with the list of the supported ones."""
+    """Return a supported format, or refuse saying why it is not (a format this machine
+    lacks an encoder for, or one voxcache does not know) and what is supported."""
     fmt = FORMATS.get(name)
     if fmt is None:
-        raise InvalidParameter(
-            f"response_format {name!r} is not available here; supported: "
-            f"{', '.join(FORMATS)}")
+        supported = ", ".join(FORMATS)
+        if name in UNAVAILABLE:
+            raise UnsupportedFeature(f"response_format {name!r} is not available here: "
+                                     f"{UNAVAILABLE[name]}; supported: {supported}")
+        raise InvalidParameter(f"response_format {name!r} is not available here; "
+                               f"supported: {supported}")
     return fmt
 
 
@@ -107,12 +123,33 @@ def encode(audio: Audio, fmt: Format) -> bytes:
         return audio.pcm
     if fmt.name == "wav":
         return wav_header(audio.sample_rate, audio.channels, len(audio.pcm)) + audio.pcm
+    if fmt.name == "aac":
+        return _aac(audio)
     import soundfile
 
     samples = audio.samples().reshape(-1, audio.channels).astype(np.float32) / 32768.0
     out = io.BytesIO()
     soundfile.write(out, samples, audio.sample_rate, format=fmt.container, subtype=fmt.subtype)
     return out.getvalue()
+
+
+def _aac(audio: Audio) -> bytes:
+    """AAC-LC in ADTS frames, by ffmpeg's native encoder (PCM in on stdin, ADTS out)."""
+    ffmpeg = shutil.which("ffmpeg")
+    if ffmpeg is None:  # removed since this process started
+        raise UnsupportedFeature(NO_FFMPEG)
+    command = [ffmpeg, "-nostdin", "-loglevel", "error", "-f", "s16le",
+               "-ar", str(audio.sample_rate), "-ac", str(audio.channels), "-i", "pipe:0",
+               "-c:a", "aac", "-b:a", AAC_BITRATE, "-f", "adts", "pipe:1"]
+    try:
+        done = subprocess.run(command, input=audio.pcm, capture_output=True, timeout=120,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UnsupportedFeature(f"aac encoding failed: {exc}") from None
+    if done.returncode != 0 or not done.stdout:
+        raise UnsupportedFeature("aac encoding failed: "
+                                 f"{done.stderr.decode(errors='replace')[-200:]}")
+    return done.stdout
 
 
 class Resampler:

@@ -78,10 +78,13 @@ def stored_files(cache_dir: Path) -> dict[str, bytes]:
 
 
 def ls_keys(capsys, cache_dir: Path) -> list[str]:
-    """The keys exactly as the human ``ls`` table prints them."""
+    """The keys exactly as ``ls`` prints them (stdout is not a terminal here: one
+    tab-separated row per entry under a header line)."""
     code, out, _ = cli(capsys, cache_dir, "ls")
     assert code == 0
-    return [m.group(1) for m in re.finditer(r"^│ ([0-9a-f…]+) +│", out, re.MULTILINE)]
+    header, *rows = out.splitlines()
+    assert header.split("\t")[0] == "key"
+    return [row.split("\t")[0] for row in rows]
 
 
 # -- keys like git -------------------------------------------------------------------------
@@ -250,8 +253,9 @@ def test_gc_prints_a_summary_for_people_and_json_for_scripts(capsys, tmp_path) -
     assert re.match(r"gc index checked against the files: \d+ rows added, \d+ rows "
                     r"dropped, \d+ files quarantined, \d+ temp files removed", lines[0])
     assert lines[1] == ("gc evicted 2: 0 expired, 0 over the byte cap, 2 over the entry cap")
-    assert re.fullmatch(r"gc now stored: 1 entries, [\d,]+ bytes \(caps: [\d,]+ bytes, "
-                        r"2 entries\)", lines[2])
+    size = r"\d+(\.\d)? (B|KiB|MiB|GiB)"  # for people: 1.2 MiB, not 1258291
+    assert re.fullmatch(rf"gc now stored: 1 entries, {size} \(caps: {size}, 2 entries\)",
+                        lines[2]), lines[2]
     assert not any(p.exists() for p in planted)
 
     cache_dir, config, planted = _gc_scenario(capsys, tmp_path, "script")

@@ -16,7 +16,8 @@ import pytest
 from voxcache.config import Settings
 from voxcache.service.options import service_options
 
-LINE = re.compile(r"INFO voxcache\.access: method=(\S+) path=(\S+) status=(\S+) cache=(\S+) "
+LINE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z "  # a UTC timestamp on every line
+                  r"INFO voxcache\.access: method=(\S+) path=(\S+) status=(\S+) cache=(\S+) "
                   r"tier=(\S+) key=(\S+) ms=\d+\.\d")
 API_KEY = "acme-secret-key-0042"
 SECRET_TEXT = "Ninety nine red balloons drift by."

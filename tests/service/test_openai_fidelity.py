@@ -167,7 +167,7 @@ REFUSALS = [  # body, status, param, code — OpenAI's code where OpenAI has one
     ({"input": "hi", "voice": "nobody"}, 400, "voice", "invalid_value"),
     ({"input": "hi", "voice": "vc_" + "0" * 24}, 400, "voice", "invalid_value"),
     ({"input": "hi", "voice": {"id": 7}}, 400, "voice", "invalid_type"),
-    ({"input": "hi", "response_format": "aac"}, 400, "response_format", "invalid_value"),
+    ({"input": "hi", "response_format": "ogg"}, 400, "response_format", "invalid_value"),
     ({"input": "hi", "model": "eleven-v3"}, 400, "model", "invalid_value"),
     ({"input": "hi", "speed": 10}, 400, "speed", "invalid_value"),
     ({"input": "hi", "speed": "fast"}, 400, "speed", "invalid_type"),

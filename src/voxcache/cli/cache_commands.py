@@ -5,10 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich import box
-from rich.console import Console
-from rich.table import Table
-
 from ..errors import InvalidParameter
 from ..runtime import open_cache, open_cached_engine
 from ..stages.figures import is_stage_counter, stage_figures
@@ -20,8 +16,8 @@ from .common import (
     settings_from,
 )
 from .keys import short_key
-
-console = Console()
+from .output import Column, console, human_size, say, table
+from .rerender import model_revisions
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -72,13 +68,13 @@ def synth(args: argparse.Namespace) -> int:
         print_json(summary)
         return 0
     if result.segments_hit or result.segments_rendered:
-        console.print(f"sentences: {result.segments_hit} from the cache, "
-                      f"{result.segments_rendered} rendered")
-    console.print(f"[bold]{result.cache.upper()}[/] from {result.tier} in "
-                  f"{result.seconds * 1000:.2f} ms — {header.duration:.2f} s of audio, "
-                  f"key {shown}" + (f" → {args.output}" if args.output else ""))
+        say(f"sentences: {result.segments_hit} from the cache, "
+            f"{result.segments_rendered} rendered")
+    say(f"[bold]{result.cache.upper()}[/] from {result.tier} in "
+        f"{result.seconds * 1000:.2f} ms — {header.duration:.2f} s of audio, "
+        f"key {shown}" + (f" → {args.output}" if args.output else ""))
     if not result.stored:
-        console.print("[yellow]served without caching: the take could not be stored[/]")
+        say("[yellow]served without caching: the take could not be stored[/]")
     return 0
 
 
@@ -105,17 +101,18 @@ def explain(args: argparse.Namespace) -> int:
         print_json(info)
     else:
         console.print_json(data=info["payload"])
-        console.print(f"key: {info['key']}  (cached: {info['cached']})")
+        say(f"key: {info['key']}  (cached: {info['cached']})")
     return 0
 
 
 def stats(args: argparse.Namespace) -> int:
-    """Print tier sizes and persisted counters."""
+    """Print tier sizes, persisted counters, the stage caches and the model revisions."""
     if args.top_misses or args.top_hits:
         return top_usage(args)
     cache = open_cache(settings_from(args))
     try:
         data = cache.stats()
+        data["revisions"] = model_revisions(cache)
     finally:
         cache.close()
     data["stages"] = stage_figures(data["counters"])
@@ -123,35 +120,48 @@ def stats(args: argparse.Namespace) -> int:
         print_json(data)
         return 0
     disk = data["tiers"]["disk"]
-    console.print(f"cache {data['root']}: {disk['entries']} entries, {disk['bytes']:,} bytes "
-                  f"(cap {disk['max_bytes'] or 'none'})")
-    table = Table("counter", "value")
-    for name, value in sorted(data["counters"].items()):
-        if not is_stage_counter(name):  # those are in the table per kind below
-            table.add_row(name, f"{value:,}")
-    console.print(table)
+    count = disk["entries"]
+    entries = ("entries unknown (the index cannot answer now)" if count is None else
+               f"{count:,} entr{'y' if count == 1 else 'ies'}")
+    say(f"cache {data['root']}: {entries}, {human_size(disk['bytes'])} "
+        f"(cap {human_size(disk['max_bytes'])})")
+    table((Column("counter"), Column("value", numeric=True)),
+          ((name, value) for name, value in sorted(data["counters"].items())
+           if not is_stage_counter(name)))  # those are in the table per kind below
+    _print_revisions(data["revisions"])
     _print_stages(data["stages"])
     return 0
+
+
+def _print_revisions(revisions: dict[str, dict[str, int]]) -> None:
+    """The model revisions this cache knows (what ``rerender --from-revision`` takes)."""
+    if not revisions:
+        say("model revisions: none yet (nothing was rendered here)")
+        return
+    table((Column("model revision"), Column("requests asked", numeric=True),
+           Column("takes stored", numeric=True)),
+          ((model, n["asked"], n["stored"]) for model, n in sorted(revisions.items())),
+          title="model revisions (rerender --from-revision R re-renders one's most asked)")
 
 
 def _print_stages(stages: dict[str, dict[str, float]]) -> None:
     """The stage caches per kind (embeddings, prompts, token takes, sessions), once any
     stage has been used in this cache folder."""
     if not any(any(figures.values()) for figures in stages.values()):
-        console.print("stage caches: not used yet")
+        say("stage caches: not used yet")
         return
-    table = Table(title="stage caches (bytes written; saved: extractor time the hits did not "
-                  "spend; spent: extractor time of the misses)", title_justify="left",
-                  box=box.SIMPLE_HEAD, show_edge=False)
-    for name in ("kind", "hits", "misses", "joins", "hit rate", "bytes", "saved", "spent"):
-        table.add_column(name, no_wrap=True, justify="left" if name == "kind" else "right")
+    columns = [Column("kind"), *(Column(name, numeric=True) for name in (
+        "hits", "misses", "joins", "hit rate")), Column("bytes", size=True),
+        Column("saved s", numeric=True), Column("spent s", numeric=True)]
+    rows = []
     for kind, f in stages.items():
         lookups = f["hits"] + f["misses"]
         rate = f"{f['hits'] / lookups:.1%}" if lookups else "-"
-        table.add_row(kind, f"{f['hits']:,.0f}", f"{f['misses']:,.0f}", f"{f['joins']:,.0f}",
-                      rate, f"{f['bytes']:,.0f}", f"{f['saved_seconds']:,.3f} s",
-                      f"{f['compute_seconds']:,.3f} s")
-    console.print(table)
+        rows.append((kind, int(f["hits"]), int(f["misses"]), int(f["joins"]), rate,
+                     int(f["bytes"]), f"{f['saved_seconds']:.3f}",
+                     f"{f['compute_seconds']:.3f}"))
+    table(columns, rows, title="stage caches (bytes written; saved: extractor time the hits "
+          "did not spend; spent: extractor time of the misses)")
 
 
 def top_usage(args: argparse.Namespace) -> int:
@@ -166,10 +176,9 @@ def top_usage(args: argparse.Namespace) -> int:
     if args.json:
         print_json(out)
         return 0
-    table = Table("kind", "asked", "missed", "hits", "voice", "instruct", "text",
-                  title=f"top {'misses' if by == 'missed' else 'hits'}")
-    for r in out:
-        table.add_row(r["kind"], str(r["asked"]), str(r["missed"]), str(r["hits"]),
-                      r["voice"] or "", r["instruct"] or "", r["text"][:60])
-    console.print(table)
+    table((Column("kind"), Column("asked", numeric=True), Column("missed", numeric=True),
+           Column("hits", numeric=True), Column("voice"), Column("instruct", text=True),
+           Column("text", text=True)),
+          ((r["kind"], r["asked"], r["missed"], r["hits"], r["voice"], r["instruct"], r["text"])
+           for r in out), title=f"top {'misses' if by == 'missed' else 'hits'}")
     return 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
+import os
 import sqlite3
 import sys
 from collections.abc import Iterator
@@ -16,6 +18,8 @@ from rich.console import Console
 from ..config import Settings, load_settings
 from ..errors import EngineError, InvalidParameter, MissingDependency, NotFound, Overloaded
 from ..request import SynthesisRequest
+
+log = logging.getLogger("voxcache.cli")
 
 OK, FAILED, USAGE = 0, 1, 2
 """Exit codes: done (nothing to do included); the command was right but did not happen (what
@@ -40,7 +44,12 @@ progress_console = Console(stderr=True)
 
 def settings_from(args: argparse.Namespace, **overrides: Any) -> Settings:
     """Settings with the global command-line options (and a command's own) applied."""
-    return load_settings(args.config, cache_dir=args.cache_dir, engine=args.engine, **overrides)
+    settings = load_settings(args.config, cache_dir=args.cache_dir, engine=args.engine,
+                             log_format=getattr(args, "log_format", None), **overrides)
+    log.debug("settings: cache folder %s, config %s, engine %s, tiers %s", settings.cache_dir,
+              args.config or os.environ.get("VOXCACHE_CONFIG") or "none", settings.engine,
+              ", ".join(settings.tiers))
+    return settings
 
 
 def exit_code_for(exc: Exception) -> int:

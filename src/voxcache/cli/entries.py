@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ..entry import CorruptEntry, decode
 from ..errors import NotFound
@@ -27,9 +27,12 @@ from ..tiers.index import IndexRow
 from ..tiers.lifecycle import rebuild_index, reconcile
 from .common import print_json, read_only_db, settings_from
 from .keys import resolve_key, short_key
+from .output import Column, console, human_size, say, show, table
 from .progress import progress
 
-console = Console()
+LS_COLUMNS = (Column("key"), Column("kind"), Column("bytes", size=True),
+              Column("hits", numeric=True), Column("pin"), Column("voice", text=True),
+              Column("text", text=True))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -70,18 +73,11 @@ def ls(args: argparse.Namespace) -> int:
                      "expires": r.expires, "last_access": r.last_access} for r in rows])
         return 0
     if not rows:
-        console.print("no entries")
+        say("no entries")
         return 0
-    table = Table()
-    # The key column never wraps or shrinks: what it shows must paste back whole.
-    table.add_column("key", no_wrap=True, min_width=max(len(s) for s in shorts.values()))
-    for name in ("kind", "bytes", "hits", "pin", "voice"):
-        table.add_column(name, no_wrap=True)
-    table.add_column("text", no_wrap=True, overflow="ellipsis")
-    for r in rows:
-        table.add_row(shorts[r.key], r.kind, f"{r.size:,}", str(r.hits),
-                      "yes" if r.pinned else "", r.voice, r.text[:60])
-    console.print(table)
+    # The key column is never cut: what it shows must paste back whole.
+    table(LS_COLUMNS, ([shorts[r.key], r.kind, r.size, r.hits, "yes" if r.pinned else "",
+                        r.voice, r.text] for r in rows))
     return 0
 
 
@@ -101,8 +97,7 @@ def pin(args: argparse.Namespace) -> int:
         print_json({"key": row.key, "short": shown, "pinned": args.pinned, "until": until})
         return 0
     verb = "pinned" if args.pinned else "unpinned"
-    console.print(f"{verb} {shown}" + (f" until {_when(until)}" if until else "")
-                  + f"  {row.text[:60]!r}")
+    say(f"{verb} {shown}" + (f" until {_when(until)}" if until else "") + f"  {row.text!r}")
     return 0
 
 
@@ -128,7 +123,7 @@ def gc(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
         return 0
-    caps = [f"{limits.max_bytes:,} bytes" if limits.max_bytes else "",
+    caps = [human_size(limits.max_bytes) if limits.max_bytes else "",
             f"{limits.max_entries:,} entries" if limits.max_entries else ""]
     checked_how = "rebuilt from the files" if args.rebuild_index else "checked against the files"
     lines = [
@@ -137,11 +132,11 @@ def gc(args: argparse.Namespace) -> int:
             "temp_removed": "temp files removed", "locks_removed": "stale lock files removed"}),
         f"evicted {sum(evicted.values()):,}: " + _counts(evicted, {
             "expired": "expired", "size": "over the byte cap", "count": "over the entry cap"}),
-        f"now stored: {entries:,} entries, {total_bytes:,} bytes (caps: "
+        f"now stored: {entries:,} entries, {human_size(total_bytes)} (caps: "
         f"{', '.join(c for c in caps if c) or 'none'})",
     ]
     for line in lines:  # one fact per line, never wrapped: greppable in a cron mail
-        console.print(f"[bold]gc[/] {line}", soft_wrap=True, highlight=False)
+        say(f"[bold]gc[/] {line}")
     return 0
 
 
@@ -227,22 +222,22 @@ def _print_entry(info: dict[str, Any]) -> None:
             grid.add_row("audio", f"{h['sample_rate']} Hz, {h['channels']} channel(s), "
                          f"{h['sample_format']}, {h['duration']:.2f} s")
         grid.add_row("envelope", json.dumps(h["meta"], ensure_ascii=False))
-    grid.add_row("index", f"{index['size']:,} bytes, {index['hits']} hit(s), last used "
+    grid.add_row("index", f"{human_size(index['size'])}, {index['hits']} hit(s), last used "
                  f"{_when(index['last_access'])}, pinned: " + (
                      ("until " + _when(index["pin_until"])) if index["pinned"] and
                      index["pin_until"] else ("yes" if index["pinned"] else "no")))
     grid.add_row("stored by", f"tenant {index['tenant'] or 'default'}, engine {index['engine']}, "
                  f"model {index['model']}, voice {index['voice'] or '-'}")
-    grid.add_row("text", repr(index["text"]))
+    grid.add_row("text", Text(repr(index["text"])))
     request = info["request"]
     if request is None:
         grid.add_row("hashed", "not in the usage table (it keeps the most asked keys)")
     else:
         grid.add_row("asked", f"{request['asked']} time(s), {request['missed']} miss(es), "
                      f"as a {request['kind']}")
-    console.print(grid)
+    show(grid)
     if request is not None:
-        console.print("the payload that was hashed into this key:")
+        say("the payload that was hashed into this key:")
         console.print_json(data=request["payload"])
 
 

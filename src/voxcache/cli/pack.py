@@ -216,6 +216,7 @@ def pull(args: argparse.Namespace) -> int:
                 summary = pull_once(cache, source, trusted, pin=args.pin, on_bytes=on_bytes,
                                     on_entries=on_entries)
             code = _report(summary, args.json)
+            sys.stdout.flush()  # each round's line now, not when a scheduled pull ends
         except VoxcacheError as exc:
             if not args.every:
                 raise

@@ -19,9 +19,6 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
 from ..cache import Cache
 from ..config import Settings
 from ..engine import Engine
@@ -31,10 +28,12 @@ from ..stages import voice_anchor
 from ..tiers.index import Index, IndexRow
 from .common import FAILED, OK, USAGE, print_json, settings_from, warn
 from .keys import resolve_key, short_key
+from .output import Column, human_size, is_terminal, say, table
 
-console = Console()
 ROWS_SHOWN = 20
-"""Entries listed one by one in the human output; the rest are counted."""
+"""Entries listed one by one on a terminal; the rest are counted (a pipe gets every row)."""
+COLUMNS = (Column("key"), Column("kind"), Column("bytes", size=True), Column("pin"),
+           Column("voice", text=True), Column("text", text=True))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -219,29 +218,25 @@ def _print(report: dict[str, Any], rows: list[IndexRow], shorts: dict[str, str],
            voices_stored: dict[str, int] | None) -> None:
     voice = report["voice"]
     if voice is not None:
-        console.print(f"voice {voice['asked']!r} → {voice['canonical']!r}: {voice['how']}")
+        say(f"voice {voice['asked']!r} → {voice['canonical']!r}: {voice['how']}")
     if rows:
-        table = Table("key", "kind", "bytes", "pin", "voice", "text",
-                      title="would be purged" if report["dry_run"] else "purged",
-                      title_justify="left")
-        for row in rows[:ROWS_SHOWN]:
-            table.add_row(shorts[row.key], row.kind, f"{row.size:,}",
-                          "yes" if row.pinned else "", row.voice, row.text[:50])
-        console.print(table)
-        if len(rows) > ROWS_SHOWN:
-            console.print(f"… and {len(rows) - ROWS_SHOWN} more")
+        shown = rows[:ROWS_SHOWN] if is_terminal() else rows
+        table(COLUMNS, ([shorts[row.key], row.kind, row.size, "yes" if row.pinned else "",
+                         row.voice, row.text] for row in shown),
+              title="would be purged" if report["dry_run"] else "purged")
+        if len(rows) > len(shown):
+            say(f"… and {len(rows) - len(shown)} more")
     if report["by_kind"]:
-        console.print("by kind: " + ", ".join(f"{kind} {n}" for kind, n in
-                                              report["by_kind"].items()))
+        say("by kind: " + ", ".join(f"{kind} {n}" for kind, n in report["by_kind"].items()))
+    size = human_size(report["bytes"])
     if report["dry_run"]:
-        console.print(f"dry run: {report['matched']} entries ({report['bytes']:,} bytes) would "
-                      "be purged; nothing was deleted")
+        say(f"dry run: {report['matched']} entries ({size}) would be purged; nothing was "
+            "deleted")
     else:
-        console.print(f"purged {report['deleted']} entries ({report['bytes']:,} bytes)")
+        say(f"purged {report['deleted']} entries ({size})")
         if voice is not None and "uploaded" in voice:
-            console.print("sessions derived from the clip (memory only) are dropped by every "
-                          "running process sharing this cache folder")
+            say("sessions derived from the clip (memory only) are dropped by every running "
+                "process sharing this cache folder")
     if voices_stored is not None:
         stored = ", ".join(f"{v or '(none)'} ({n})" for v, n in voices_stored.items())
-        console.print(f"no entry has voice {voice['canonical']!r}; voices stored: "
-                      f"{stored or 'none'}")
+        say(f"no entry has voice {voice['canonical']!r}; voices stored: {stored or 'none'}")

@@ -15,8 +15,10 @@ import argparse
 from collections import defaultdict
 from typing import Any
 
+from ..cache import Cache
 from ..errors import NotFound, VoxcacheError
 from ..policies.upgrades import DB_NAME as ALIASES_DB
+from ..policies.usage import DB_NAME as USAGE_DB
 from ..policies.usage import Usage, request_from_payload
 from .common import FAILED, OK, print_json, read_only_db, settings_from
 from .progress import progress
@@ -87,22 +89,21 @@ def rerender(args: argparse.Namespace) -> int:
     return FAILED if summary["failed"] else OK
 
 
-def revisions(cached: Any) -> dict[str, dict[str, int]]:
-    """Model revisions this cache knows: requests asked (usage table), takes stored (index)
-    and lineages pointing at them (alias table)."""
+def model_revisions(cache: Cache) -> dict[str, dict[str, int]]:
+    """Model revisions this cache folder knows: requests asked (usage table), takes stored
+    (index) and lineages pointing at them (alias table). ``voxcache stats`` lists them."""
     found: dict[str, dict[str, int]] = defaultdict(lambda: {"asked": 0, "stored": 0,
                                                             "latest": 0})
-    cached.usage.flush()
-    with read_only_db(cached.usage.path) as db:
+    with read_only_db(cache.root / USAGE_DB) as db:
         if db is not None:
             for model, n in db.execute("SELECT model, count(*) FROM usage WHERE json_extract("
                                        "payload, '$.kind') = 'audio' GROUP BY model"):
                 found[model]["asked"] += n
-    for model, n in cached.cache.disk.index.query(
+    for model, n in cache.disk.index.query(
             "SELECT model, count(*) FROM entries WHERE kind = 'audio' AND model != '' "
             "GROUP BY model"):
         found[model]["stored"] += n
-    with read_only_db(cached.cache.root / ALIASES_DB) as db:
+    with read_only_db(cache.root / ALIASES_DB) as db:
         if db is not None:
             for model, n in db.execute("SELECT model, count(*) FROM aliases GROUP BY model"):
                 found[model]["latest"] += n
@@ -111,7 +112,8 @@ def revisions(cached: Any) -> dict[str, dict[str, int]]:
 
 def _check_known(cached: Any, revision: str) -> None:
     """Raise NotFound naming the revisions there are, unless ``revision`` is one of them."""
-    known = revisions(cached)
+    cached.usage.flush()
+    known = model_revisions(cached.cache)
     if revision in known:
         return
     current = cached.engine.model_revision

@@ -20,6 +20,7 @@ import os
 import sys
 
 from ..errors import InvalidParameter
+from ..logs import configure
 from .common import settings_from
 
 log = logging.getLogger("voxcache.serve")
@@ -67,9 +68,8 @@ def serve(args: argparse.Namespace) -> int:
             "or pass --allow-public")
     if args.workers < 1:
         raise InvalidParameter("--workers must be at least 1")
-    logging.getLogger("voxcache").setLevel(logging.INFO)
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # voxcache's loggers at INFO; uvicorn applies the same config in each --workers process
+    log_config = configure(settings.log_format, verbose=args.verbose, level=logging.INFO)
     cached = open_cached_engine(settings)
     limits = {**describe_limits(settings, cached), "service": options.describe(),
               "workers": args.workers}
@@ -78,6 +78,7 @@ def serve(args: argparse.Namespace) -> int:
     print(f"voxcache: serving {cached.engine.id} ({cached.engine.model_revision}) on {address} "
           f"— cache {settings.cache_dir}", flush=True)
     common = {"host": args.host, "port": args.port, **uvicorn_options(options),
+              "log_config": log_config,
               "timeout_graceful_shutdown": args.graceful_timeout}
     if args.workers == 1:
         uvicorn.run(create_app(settings, options=options, cached=cached), **common)

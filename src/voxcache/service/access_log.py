@@ -23,6 +23,8 @@ from urllib.parse import quote
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..logs import stderr_handler
+
 log = logging.getLogger("voxcache.access")
 KEY_SHOWN = 12
 """Hex digits of the key logged: enough to find the take (``voxcache explain --key``)."""
@@ -84,8 +86,6 @@ def _path(scope: Scope) -> str:
 
 
 def _log_to_stderr() -> None:
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    log.addHandler(handler)
+    log.addHandler(stderr_handler())
     if log.getEffectiveLevel() > logging.INFO:
         log.setLevel(logging.INFO)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,12 +19,13 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
 
+from .. import __version__
 from ..cached import CachedEngine
 from ..config import Settings, load_settings
 from ..policies.segments import enabled
 from ..runtime import open_cached_engine
 from ..scheduling import Admission
-from . import admin, errors, speech, stored, voice_routes
+from . import admin, api_docs, errors, speech, stored, voice_routes
 from .access_log import AccessLog
 from .edge import EdgeFallback
 from .fastpath import StoredAudioFastPath
@@ -35,6 +37,7 @@ from .packs import is_fallback
 from .routes import cosyvoice, gpt_sovits, gpt_sovits_control
 from .serving import Server
 from .speech_memo import SpeechHitFastPath, SpeechMemo
+from .stopping import StopSignals
 from .voices import VoiceStore
 
 log = logging.getLogger("voxcache.service")
@@ -59,14 +62,20 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        stop = StopSignals()
+        stop.watch()
+        log.info("started: process %d serving %s", os.getpid(), cached.engine.id)
         yield
         # Graceful shutdown: uvicorn has stopped taking requests; finish renders, flush.
+        log.info("stopping (%s): finishing renders, closing the cache", stop.reason)
         admission.shutdown()
         cached.cache.close()
+        log.info("stopped (%s): process %d", stop.reason, os.getpid())
 
-    app = FastAPI(title="voxcache", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="voxcache", version=__version__, lifespan=lifespan,
                   summary="An inference cache for text-to-speech and voice cloning",
-                  telemetry=NO_TELEMETRY)
+                  telemetry=NO_TELEMETRY, docs_url=None, redoc_url=None)
+    api_docs.install(app)  # /docs and /redoc from the vendored copies: they work offline
     app.state.settings = settings
     app.state.options = options
     app.state.server = server

@@ -37,9 +37,15 @@ router = APIRouter()
 
 STATIC = {"dashboard.js": "text/javascript; charset=utf-8",
           "vendor/uPlot.iife.min.js": "text/javascript; charset=utf-8",
-          "vendor/uPlot.min.css": "text/css; charset=utf-8"}
+          "vendor/uPlot.min.css": "text/css; charset=utf-8",
+          # /docs and /redoc (service.api_docs)
+          "vendor/swagger-ui-bundle.js": "text/javascript; charset=utf-8",
+          "vendor/swagger-ui.css": "text/css; charset=utf-8",
+          "vendor/swagger-ui-favicon-32x32.png": "image/png",
+          "vendor/redoc.standalone.js": "text/javascript; charset=utf-8"}
 """The only files served under ``/static/`` (looked up by name: nothing else can be asked
-for, whatever the path spells)."""
+for, whatever the path spells): the dashboard's script and the vendored libraries of the
+dashboard and of the API's pages."""
 
 
 def install(app: FastAPI, settings: Settings) -> None:
@@ -99,7 +105,7 @@ async def dashboard(request: Request) -> dict[str, Any]:
 
 @router.get("/static/{name:path}", include_in_schema=False)
 async def static(name: str) -> Response:
-    """The page's script and the pinned chart library shipped with the package (see
+    """The page's script and the pinned libraries shipped with the package (see
     static/vendor/README.md)."""
     media = STATIC.get(name)
     if media is None:

@@ -44,6 +44,7 @@ class ServiceOptions:
     max_upload_bytes: int = 10 << 20
     """Largest reference clip accepted by POST /v1/voices."""
     max_upload_seconds: float = 60.0
+    """Longest reference clip accepted by POST /v1/voices, in seconds of audio."""
     request_timeout: float = 300.0
     """Longest a request waits for its render (joiners included)."""
     header_timeout: float = 10.0
@@ -61,6 +62,8 @@ class ServiceOptions:
     privacy: bool = False
     """Default for uploads: keep only the fingerprint, never the raw clip."""
     allow_public: bool = False
+    """Bind a non-loopback address even with no API keys configured (``serve
+    --allow-public``): anyone who reaches the port may render and clone voices."""
     access_log: bool = True
     """One line per request on the ``voxcache.access`` logger (service/access_log.py)."""
     voice_aliases: dict[str, str] = field(default_factory=dict)

@@ -20,8 +20,10 @@ edge with a fallback engine installs the fallback (``service.edge``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import logging
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
@@ -38,6 +40,16 @@ from .options import ServiceOptions
 log = logging.getLogger("voxcache.service")
 router = APIRouter(tags=["packs"])
 PACK_MEDIA_TYPE = "application/x-tar"
+
+
+@dataclass(frozen=True, slots=True)
+class PackSettings:
+    """The ``[packs]`` table (docs/edge.md)."""
+
+    signing_key: str | None = None
+    """The private key (``voxcache pack keygen``) this node signs the packs it publishes
+    with; none: ``/v1/packs`` publishes nothing. Read at start: a bad path stops the
+    server there."""
 
 
 async def any_key(request: Request) -> str | None:
@@ -144,9 +156,10 @@ def install(app: FastAPI) -> None:
 
 def _open_publisher(app: FastAPI) -> Any:
     table = app.state.settings.extra.get("packs") or {}
-    if not isinstance(table, dict) or set(table) - {"signing_key"}:
+    if not isinstance(table, dict) or set(table) - {
+            f.name for f in dataclasses.fields(PackSettings)}:
         raise InvalidParameter("[packs] takes one setting: signing_key = \"PATH\"")
-    path = table.get("signing_key")
+    path = PackSettings(**table).signing_key
     if not path:
         return None
     from ..packs.publish import Publisher

@@ -48,6 +48,7 @@ router = APIRouter(dependencies=[Depends(render_priority)])
 
 AUDIO_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"content": {"audio/wav": {}, "audio/mpeg": {}, "audio/flac": {}, "audio/pcm": {},
+                      "audio/aac": {},
                       "text/event-stream": {}},
           "description": "audio; X-Cache says how it was served"},
     400: {"description": "invalid request (OpenAI's error shape: param names the field)"},

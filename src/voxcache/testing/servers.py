@@ -1,4 +1,5 @@
-"""Real Redis, Redis Cluster and S3 (moto) servers on free ports, for tests and benchmarks.
+"""Real Redis, Redis Cluster, S3 (moto) and Prometheus servers on free ports, for tests and
+benchmarks.
 
 What the shared tiers are proven against: the Debian ``redis-server`` (one instance,
 or a cluster made with ``redis-cli --cluster create``) and moto's S3 server mode
@@ -12,6 +13,7 @@ free, together with the cluster bus port (+10000) for cluster nodes.
     with RedisServer(tmp) as server:        server.url, server.kill(), server.start()
     with RedisClusterServers(tmp) as cl:    cl.url (redis+cluster://…), cl.nodes
     with MotoS3Server() as s3:              s3.env (AWS_* variables), s3.create_bucket(name)
+    with PrometheusServer(tmp, scrape_configs) as prom:  prom.query(expr), prom.url
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
 START_TIMEOUT = 30.0
 
@@ -285,3 +288,52 @@ class MotoS3Server(_Process):
 
     def __repr__(self) -> str:
         return f"moto S3 server on port {self.port}"
+
+
+class PrometheusServer(_Process):
+    """Debian's ``prometheus`` with its own config and data folder: ``scrape_configs`` as in
+    prometheus.yml (scraped every second), ``rule_files`` evaluated every second."""
+
+    def __init__(self, folder: Path, scrape_configs: list[dict[str, Any]],
+                 rule_files: tuple[str | Path, ...] = (), port: int | None = None) -> None:
+        super().__init__()
+        self.port = port or free_port()
+        self.folder = Path(folder) / f"prometheus-{self.port}"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.scrape_configs = scrape_configs
+        self.rule_files = [str(f) for f in rule_files]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _command(self) -> list[str]:
+        import json
+
+        config = self.folder / "prometheus.yml"
+        config.write_text(json.dumps({  # JSON is YAML
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": self.rule_files, "scrape_configs": self.scrape_configs}))
+        return [PROMETHEUS, f"--config.file={config}",
+                f"--storage.tsdb.path={self.folder / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"]
+
+    def _ready(self) -> bool:
+        with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as response:
+            return response.status == 200
+
+    def query(self, expr: str) -> dict[str, Any]:
+        """An instant query's ``data`` (``resultType``, ``result``); raises if Prometheus
+        refuses the expression."""
+        import json
+        from urllib.parse import urlencode
+
+        with urllib.request.urlopen(f"{self.url}/api/v1/query?{urlencode({'query': expr})}",
+                                    timeout=10) as response:
+            body = json.loads(response.read())
+        if body.get("status") != "success":
+            raise RuntimeError(f"prometheus refused {expr!r}: {body}")
+        return body["data"]  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        return f"prometheus on port {self.port}"

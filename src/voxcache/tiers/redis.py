@@ -101,6 +101,12 @@ class RedisKeys:
         return f"{self.prefix}{{{key}}}:lease"
 
 
+NO_SLOTS = ("the cluster is not ready: no master holds any hash slot yet (a new cluster "
+            "whose slots were never assigned?). Create it with `redis-cli --cluster create "
+            "HOST:PORT …`; CLUSTER INFO then says cluster_state:ok")
+"""What health says for a Redis Cluster whose slot map names no master."""
+
+
 class RedisTier:
     """Entries in Redis (inline up to ``inline_limit``), larger ones via ``object_store``."""
 
@@ -146,8 +152,11 @@ class RedisTier:
 
         def connect() -> Redis | RedisCluster:
             if cluster:  # a lost shard must not take the other shards' slots down with it
-                return RedisCluster.from_url(target, require_full_coverage=False,
-                                             **client_options)
+                try:
+                    return RedisCluster.from_url(target, require_full_coverage=False,
+                                                 **client_options)
+                except IndexError:  # redis-py's words for a slot map with no master in it
+                    raise RedisClusterException(NO_SLOTS) from None
             return Redis.from_url(target, **client_options)
 
         return cls(connect, url=url, object_store=object_store, clock=clock, **settings)
