@@ -27,7 +27,7 @@ SAMPLES = {
     "tiers": "memory,disk,redis://127.0.0.1:1/0", "segments": "off", "seed_policy": "bypass",
     "model_policy": "stale-while-revalidate", "reference_roots": "/srv/a:/srv/b",
     "upstream": "openai=http://127.0.0.1:9", "upstream_revision": "r2",
-    "upstream_options": '{"model": "tts-2"}',
+    "upstream_options": '{"model": "tts-2"}', "engine_options": '{"threads": 1}',
 }
 """An environment value for each setting that is not a number or a switch."""
 
