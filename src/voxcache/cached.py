@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -354,7 +355,7 @@ class CachedEngine:
         """(entry, tier) from the fastest tier holding ``key`` (promoted upwards)."""
         return self.cache.get(key)
 
-    def lock(self, key: str) -> Any:
+    def lock(self, key: str) -> AbstractContextManager[bool]:
         """The key's lock (``Loader.lock``: the machine's flock, then the node lease)."""
         return self.loader.lock(key, self.lock_wait)
 
