@@ -318,7 +318,7 @@ class CachedEngine:
         """Share the key's flight: followed live while its take is being made (streamed),
         else its take once it exists — or, once it exists already, once it is published."""
         self.count("joins")
-        if stream and flight.value_future() is flight.future:
+        if stream and not flight.settled:
             await flight.begun(timeout)
             _, tier, split = flight.how or ("", "engine", None)
             return Take(key, "JOINED", tier, self.engine.sample_rate, 1,
@@ -478,8 +478,7 @@ class _Take:
 
     def published(self, made: Result, held: Entry | None) -> Result:
         self.engine.remember(self.resolved, self.key)
-        return replace(made, entry=held or made.entry, stored=held is not None,
-                       seconds=seconds_since(self.started))
+        return made.published(held or made.entry, held is not None, seconds_since(self.started))
 
     def joined(self, value: Result, sink: Progress, replayed: int) -> Result:
         self.engine.count("joins")

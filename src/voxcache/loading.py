@@ -92,12 +92,17 @@ class Loader:
         self.cache = cache
         self.flights = flights or FlightGroup()
 
-    def read(self, key: str, kind: str, private: bool = False) -> tuple[Entry, str] | None:
+    def read(self, key: str, kind: str, private: bool = False, *,
+             below_memory: bool = False) -> tuple[Entry, str] | None:
         """(entry, tier) from the fastest tier holding ``key`` (memory alone for kinds kept
-        private to a process)."""
+        private to a process; the tiers below memory with ``below_memory``: inside the lock,
+        where another process or node may have stored it, memory has nothing new — a take
+        published in this process is on disk before it is in memory)."""
         if private:
             entry = self.cache.memory.get(key, kind)
             return None if entry is None else (entry, "memory")
+        if below_memory:
+            return self.cache.read_below(key, kind)
         return self.cache.get(key, kind)
 
     def load(self, key: str, kind: str, recipe: Recipe[T], *, wait: float,
@@ -124,17 +129,17 @@ class Loader:
                wait: float) -> T | None:
         """A follower's value (its chunks replayed to ``progress`` as they come); None when
         the leader did not finish within ``wait`` and nothing was replayed."""
-        target = flight.value_future()
+        published = flight.settled  # joined once it existed: the published value
         sent = 0
         try:
-            if target is flight.future:  # joined while it was being made: follow it live
+            if not published:  # joined while it was being made: follow it live
                 for chunk in flight.follow(wait):
                     if not sent:
                         _, tier, segments = flight.how or ("", "engine", None)
                         progress.begin("joined", tier, segments)
                     progress.chunk(chunk)
                     sent += 1
-            value = target.result(wait)
+            value = flight.wait(wait, published=published)
         except TimeoutError:
             if sent:
                 raise
@@ -148,7 +153,7 @@ class Loader:
         again, make, publish; every follower gets it as soon as it exists."""
         try:
             with self.lock(key, wait, private) as locked:
-                found = self.read(key, kind, private) if locked else None
+                found = self.read(key, kind, private, below_memory=True) if locked else None
                 value = None if found is None else recipe.found(*found, inside_lock=True)
                 if value is not None:
                     flight.land(value)
@@ -174,19 +179,27 @@ class Loader:
         finally:
             self.flights.done(key, flight)
 
-    @contextlib.contextmanager
-    def lock(self, key: str, wait: float, private: bool = False) -> Iterator[bool]:
+    def lock(self, key: str, wait: float, private: bool = False
+             ) -> contextlib.AbstractContextManager[bool]:
         """The key's lock: across this machine's processes a ``flock`` (failing open on a
         read-only or full folder), then, with a Redis tier, across nodes the key's render
         lease. True: go on (read again, then make); False: the wait ran out (make it
         without the lock). A value private to this process needs neither."""
-        if private:
-            yield True
-            return
         cache = self.cache
+        if private:
+            return contextlib.nullcontext(True)
+        if cache.leases is None:  # one machine: the flock is the whole lock
+            return key_lock(cache.locks, key, wait, on_fault=cache.lock_fault)
+        return self._machine_then_nodes(key, wait)
+
+    @contextlib.contextmanager
+    def _machine_then_nodes(self, key: str, wait: float) -> Iterator[bool]:
+        """The flock, then the lease, within one ``wait``."""
+        cache = self.cache
+        assert cache.leases is not None
         deadline = time.monotonic() + wait
         with key_lock(cache.locks, key, wait, on_fault=cache.lock_fault) as locked:
-            if not locked or cache.leases is None:
+            if not locked:
                 yield locked
                 return
             with cache.leases.hold(key, max(0.0, deadline - time.monotonic())) as held:

@@ -41,6 +41,12 @@ class Result:
     take: int | None = None
     """Under a ``variants:N`` seed policy, which of the N takes this is."""
 
+    def published(self, entry: Entry, stored: bool, seconds: float) -> Result:
+        """This result once published: the key's take (``entry``), whether it is stored,
+        and the time it took (built directly: ``dataclasses.replace`` costs ~4 µs)."""
+        return Result(entry, self.key, self.cache, self.tier, seconds, stored,
+                      self.segments_hit, self.segments_rendered, self.take)
+
     @property
     def audio(self) -> Audio:
         """The take as canonical PCM."""

@@ -23,7 +23,6 @@ import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -33,64 +32,104 @@ from .fsmode import FILE_MODE, private_dirs
 T = TypeVar("T")
 
 
+_NOTHING: Any = object()
+_NO_LOOPS: dict[Any, Any] = {}
+
+
 class Flight(Generic[T]):
     """One load in progress: how it is served, its chunks so far, its value."""
 
     def __init__(self) -> None:
-        self.future: Future[T] = Future()
-        """The value as soon as it exists (or the failure)."""
-        self.landed: Future[T] = Future()
-        """The value as published: what a caller that joins after ``future`` is set gets."""
         self.chunks: list[Audio] = []
         self.how: tuple[str, str, tuple[int, int] | None] | None = None
         """What ``begin`` said: (cache, tier, segments)."""
         self.followers = 0
+        self._value: Any = _NOTHING
+        """The value as soon as it exists (what callers waiting then get)."""
+        self._published: Any = _NOTHING
+        """The value as published (what a caller that joins after it existed gets)."""
+        self._error: BaseException | None = None
+        self._landing_error: BaseException | None = None
         self._version = 0
         """Changes so far (a coroutine that looked at the state waits for the next one)."""
-        self._cond = threading.Condition()
+        self._sleeping = 0
+        """Threads waiting on the condition (a change with none skips the notify)."""
+        self._cond = threading.Condition(threading.Lock())
         self._loops: dict[asyncio.AbstractEventLoop, asyncio.Future[None]] = {}
-        self.future.add_done_callback(lambda _done: self._changed())
-        self.landed.add_done_callback(lambda _done: self._changed())
 
     # -- the leader's side (``outcome.Progress``) -------------------------------------
     def begin(self, cache: str, tier: str, segments: tuple[int, int] | None = None) -> None:
         """How the value is being served, said once before its first chunk."""
-        if self.how is None:
-            self.how = (cache, tier, segments)
-            self._changed()
+        with self._cond:
+            if self.how is None:
+                self.how = (cache, tier, segments)
+            loops = self._bump()
+        _wake(loops)
 
     def chunk(self, audio: Audio) -> None:
         """Make the next chunk visible to every follower."""
         with self._cond:
             self.chunks.append(audio)
-        self._changed()
+            loops = self._bump()
+        _wake(loops)
 
     def settle(self, value: T) -> None:
         """The value exists: everyone waiting has it now (unless already settled)."""
-        if not self.future.done():
-            self.future.set_result(value)
-
-    def fail(self, exc: BaseException) -> None:
-        """The load failed: every waiter gets ``exc`` (unless the value already exists)."""
-        if not self.future.done():
-            self.future.set_exception(exc)
-        if not self.landed.done():
-            self.landed.set_exception(exc)
+        with self._cond:
+            if self._value is _NOTHING and self._error is None:
+                self._value = value
+            loops = self._bump()
+        _wake(loops)
 
     def land(self, value: T) -> None:
         """The value is published (stored where it is the key's)."""
-        self.settle(value)
-        if not self.landed.done():
-            self.landed.set_result(value)
-
-    def _changed(self) -> None:
         with self._cond:
-            self._version += 1
+            if self._value is _NOTHING and self._error is None:
+                self._value = value
+            if self._published is _NOTHING and self._landing_error is None:
+                self._published = value
+            loops = self._bump()
+        _wake(loops)
+
+    def fail(self, exc: BaseException) -> None:
+        """The load failed: every waiter still waiting gets ``exc``."""
+        with self._cond:
+            if self._value is _NOTHING and self._error is None:
+                self._error = exc
+            if self._published is _NOTHING and self._landing_error is None:
+                self._landing_error = exc
+            loops = self._bump()
+        _wake(loops)
+
+    @property
+    def settled(self) -> bool:
+        """Whether the value exists (or the load failed)."""
+        return self._value is not _NOTHING or self._error is not None
+
+    @property
+    def landed(self) -> bool:
+        """Whether the value is published (or the load failed)."""
+        return self._published is not _NOTHING or self._landing_error is not None
+
+    def _outcome(self, published: bool) -> T:
+        if published:
+            if self._landing_error is not None:
+                raise self._landing_error
+            return self._published  # type: ignore[no-any-return]
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[no-any-return]
+
+    def _bump(self) -> dict[asyncio.AbstractEventLoop, asyncio.Future[None]]:
+        """One more change (caller holds the lock): threads wake; the loops waiting are
+        returned, to be woken once the lock is released."""
+        self._version += 1
+        if self._sleeping:
             self._cond.notify_all()
-            loops, self._loops = self._loops, {}
-        for loop, wake in loops.items():
-            with contextlib.suppress(RuntimeError):  # a loop that has closed waits no more
-                loop.call_soon_threadsafe(_set, wake)
+        if not self._loops:
+            return _NO_LOOPS
+        loops, self._loops = self._loops, {}
+        return loops
 
     # -- the followers' side ----------------------------------------------------------
     def add_follower(self) -> None:
@@ -98,42 +137,57 @@ class Flight(Generic[T]):
         with self._cond:
             self.followers += 1
 
-    def value_future(self) -> Future[T]:
-        """What a caller joining now waits for: the value, or — once it exists — the
-        published value (a later caller never gets a take that lost publication)."""
-        return self.landed if self.future.done() else self.future
+    def _sleep(self, seconds: float) -> None:
+        """Wait on the condition (caller holds the lock), counted so a change knows."""
+        self._sleeping += 1
+        try:
+            self._cond.wait(seconds)
+        finally:
+            self._sleeping -= 1
 
-    def wait(self, timeout: float) -> T:
-        """The value (a thread's wait); ``TimeoutError`` after ``timeout``."""
-        return self.value_future().result(timeout)
+    def wait(self, timeout: float, *, published: bool | None = None) -> T:
+        """The value (a thread's wait): as it exists, or — for a caller that joined once it
+        existed (``published`` None decides so now) — as published. ``TimeoutError`` after
+        ``timeout``."""
+        published = self.settled if published is None else published
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not (self.landed if published else self.settled):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("render did not finish in time")
+                self._sleep(left)
+        return self._outcome(published)
 
     async def await_value(self, timeout: float | None) -> T:
-        """The value (a coroutine's wait); ``TimeoutError`` after ``timeout``."""
-        target = self.value_future()
+        """The value (a coroutine's wait), as ``wait`` decides; ``TimeoutError`` after
+        ``timeout``."""
+        published = self.settled
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             seen = self._version
-            if target.done():
-                return target.result()
+            if self.landed if published else self.settled:
+                return self._outcome(published)
             await self._next_change(seen, deadline)
 
     def follow(self, timeout: float) -> Iterator[Audio]:
-        """Yield the chunks so far, then new ones live, until the load ends (threads)."""
+        """Yield the chunks produced so far, then new ones live, until the value exists
+        (threads)."""
         deadline = time.monotonic() + timeout
         sent = 0
         while True:
             with self._cond:
-                while sent == len(self.chunks) and not self.future.done():
+                while sent == len(self.chunks) and not self.settled:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         raise TimeoutError("render did not finish in time")
-                    self._cond.wait(remaining)
+                    self._sleep(remaining)
                 ready = self.chunks[sent:]
-                finished = self.future.done()
+                finished = self.settled
             yield from ready
             sent += len(ready)
             if finished and sent == len(self.chunks):
-                self.future.result()  # re-raise a leader's failure
+                self._outcome(False)  # re-raise a leader's failure
                 return
 
     async def afollow(self, timeout: float | None, whole: Callable[[T], Audio] | None = None,
@@ -142,22 +196,23 @@ class Flight(Generic[T]):
         ``to_landing``, until it is published (the leader's own caller: once its answer
         ends, asking again is a hit). A load that published no chunk (another process's
         take) gives ``whole(value)``."""
-        end = self.landed if to_landing else self.future
         sent = 0
         while True:
             deadline = None if timeout is None else time.monotonic() + timeout
             while True:  # each chunk within ``timeout`` of the last
                 seen = self._version
-                if sent < len(self.chunks) or end.done():
+                done = self.landed if to_landing else self.settled
+                if sent < len(self.chunks) or done:
                     break
                 await self._next_change(seen, deadline)
             ready = self.chunks[sent:]
             for chunk in ready:
                 yield chunk
             sent += len(ready)
-            if end.done() and sent == len(self.chunks):
-                value = self.future.result()  # re-raises the leader's failure
-                end.result()
+            if done and sent == len(self.chunks):
+                value = self._outcome(False)  # re-raises the leader's failure
+                if to_landing:
+                    self._outcome(True)
                 if sent == 0 and whole is not None:
                     yield whole(value)
                 return
@@ -167,7 +222,7 @@ class Flight(Generic[T]):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             seen = self._version
-            if self.how is not None or self.future.done():
+            if self.how is not None or self.settled:
                 return
             await self._next_change(seen, deadline)
 
@@ -185,6 +240,15 @@ class Flight(Generic[T]):
             raise TimeoutError("render did not finish in time")
         # shielded: a caller that gives up cancels its own wait, never its loop's wake-up
         await asyncio.wait_for(asyncio.shield(wake), left)
+
+
+def _wake(loops: dict[asyncio.AbstractEventLoop, asyncio.Future[None]]) -> None:
+    """Wake every coroutine of each loop with one call per loop."""
+    if not loops:
+        return
+    for loop, wake in loops.items():
+        with contextlib.suppress(RuntimeError):  # a loop that has closed waits no more
+            loop.call_soon_threadsafe(_set, wake)
 
 
 def _set(wake: asyncio.Future[None]) -> None:
