@@ -16,6 +16,7 @@ import fcntl
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -34,8 +35,11 @@ class Flight:
         self._cond = threading.Condition()
         self.followers = 0
         # Followers wake the moment the take exists (or the render failed), not when the
-        # leader lands the flight after writing it through the tiers.
-        self.future.add_done_callback(lambda _done: self.close())
+        # leader lands the flight after writing it through the tiers. (Through a weak
+        # reference: the future keeps its callbacks, and a flight that held itself would
+        # keep its chunks until a full garbage collection.)
+        flight = weakref.ref(self)
+        self.future.add_done_callback(lambda _done: (live := flight()) and live.close())
 
     def add_follower(self) -> None:
         """Count one more caller waiting on this flight (the leader hands over to them)."""

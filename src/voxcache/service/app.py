@@ -35,6 +35,7 @@ from .packs import is_fallback
 from .routes import cosyvoice, gpt_sovits, gpt_sovits_control
 from .serving import Server
 from .speech_memo import SpeechHitFastPath, SpeechMemo
+from .stopping import on_stop_signal, stop_waiting_now
 from .voices import VoiceStore
 
 log = logging.getLogger("voxcache.service")
@@ -59,8 +60,11 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        restore = on_stop_signal(cached.engine, options.shutdown_grace)
         yield
+        restore()
         # Graceful shutdown: uvicorn has stopped taking requests; finish renders, flush.
+        stop_waiting_now(cached.engine)  # an upstream call still running must not hold it
         admission.shutdown()
         cached.cache.close()
 
