@@ -54,7 +54,8 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
         sys.setswitchinterval(options.switch_interval)  # process-wide: this is a server
     cached = cached or open_cached_engine(settings)
     admission = Admission(options.render_concurrency, options.render_queue, options.io_threads)
-    metrics = Metrics(cached.cache, lambda: admission.queued, lambda: admission.running)
+    metrics = Metrics(cached.cache, lambda: admission.queued, lambda: admission.running,
+                      upstream=getattr(cached.engine, "reachability", None))
     server = Server(cached, admission, metrics, options.request_timeout,
                     multi_tenant=bool(options.api_keys))
 

@@ -58,6 +58,10 @@ class ServiceOptions:
     before it is cut off (its callers get 503 and ``Retry-After``; nothing is stored), so a
     hung upstream or center cannot hold the process. An embedded engine's render is not cut
     off: it finishes within ``serve --graceful-timeout``."""
+    upstream_required: bool = False
+    """Whether ``/readyz`` answers 503 while the upstream (or an edge's center) is
+    unreachable. Off by default: hits are still served, so a balancer should keep sending
+    traffic; ``/readyz`` and ``voxcache_upstream_up`` say it is down either way."""
     switch_interval: float = 0.0005
     """Seconds a thread may hold the GIL before yielding (``sys.setswitchinterval``; 0
     leaves Python's 5 ms). A render thread running Python code between model calls
@@ -95,7 +99,7 @@ _NUMBERS = {"render_concurrency": int, "render_queue": int, "io_threads": int,
             "header_timeout": float, "body_timeout": float, "shutdown_grace": float}
 _POSITIVE = ("max_upload_seconds", "request_timeout", "header_timeout", "body_timeout")
 _SIZES = ("max_body_bytes", "max_upload_bytes")
-_BOOLS = ("privacy", "allow_public", "access_log")
+_BOOLS = ("privacy", "allow_public", "access_log", "upstream_required")
 
 
 def service_options(settings: Settings, **overrides: Any) -> ServiceOptions:

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 from ..engine import Engine
 from ..errors import InvalidParameter, UnsupportedFeature
 from ..request import ResolvedRequest
+from .health import Reachability
 from .http import DEFAULT_READ_TIMEOUT, DEFAULT_RETRIES, UpstreamClient
 from .transport import DEFAULT_MAX_ANSWER_BYTES
 
@@ -60,6 +61,8 @@ class UpstreamEngine(Engine):
     kind = "upstream"
     switchboard: Switchboard | None = None
     """The switch state shared through the cache folder, once ``attach``-ed."""
+    probe_path = "/"
+    """What a health probe asks (any HTTP answer, 404 included, means reachable)."""
 
     def __init__(self, url: str, *, revision: str | None = None,
                  timeout: float = DEFAULT_READ_TIMEOUT, retries: int = DEFAULT_RETRIES,
@@ -73,12 +76,24 @@ class UpstreamEngine(Engine):
         self.revision_label = revision
         self.in_force: dict[str, str] = {}
         """What proxied switches put in force (e.g. ``gpt``/``sovits`` weights paths)."""
-        self.client = UpstreamClient(self.url, timeout=seconds_option("timeout", timeout),
-                                     retries=count_option("retries", retries),
-                                     headers=headers_option(headers),
-                                     max_answer_bytes=count_option("max_answer_bytes",
-                                                             max_answer_bytes, least=1))
+        self.client = UpstreamClient(
+            self.url, timeout=seconds_option("timeout", timeout),
+            retries=count_option("retries", retries), headers=headers_option(headers),
+            max_answer_bytes=count_option("max_answer_bytes", max_answer_bytes, least=1),
+            health=Reachability("upstream", self.kind, self.url))
         self.model_revision = self.identity()
+
+    def reachability(self, refresh: bool = True) -> list[dict[str, Any]]:
+        """Whether the upstream answers, since when, and the last error (``/readyz``,
+        ``voxcache_upstream_up``); with ``refresh``, probed first when no call said so
+        recently (blocking for up to ``health.PROBE_SECONDS``: the service calls it in
+        its I/O pool)."""
+        return [self._reachability(self.client, refresh)]
+
+    def _reachability(self, client: Any, refresh: bool) -> dict[str, Any]:
+        if refresh and client.health.stale():
+            client.probe(self.probe_path)
+        return {"role": client.health.role, **client.health.describe()}
 
     def stop_waiting(self, grace: float) -> None:
         """The service is stopping: cut off calls to the upstream still running ``grace``

@@ -28,6 +28,7 @@ from typing import Any
 
 from ..entry import CorruptEntry, Entry, decode
 from ..errors import Overloaded, UpstreamError
+from .health import PROBE_SECONDS, Reachability
 from .http import error_message
 from .transport import (
     DEFAULT_MAX_ANSWER_BYTES,
@@ -73,6 +74,8 @@ class CenterClient:
         self.timeout = timeout
         """Seconds one whole answer may take (connect, headers, body)."""
         self.max_answer_bytes = max_answer_bytes
+        self.health = Reachability("center", "voxcache", url)
+        """What the last call (or probe) found: reachable or not, since when, last error."""
         self._client, self.backend = http_client(url, timeout=timeout,
                                                  connect_timeout=connect_timeout,
                                                  headers=headers)
@@ -145,15 +148,16 @@ class CenterClient:
             try:
                 with within(deadline):
                     response = self._client.send(request, stream=True)
+                self.health.answered()
                 break
             except retried as exc:
                 self._stopping()
                 if attempt >= self.retries or time.monotonic() >= deadline:
-                    raise Unreachable(f"{type(exc).__name__}: {exc}") from None
+                    raise self._unreachable(f"{type(exc).__name__}: {exc}") from None
                 time.sleep(0.1 * (attempt + 1))
             except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
                 self._stopping()
-                raise Unreachable(f"{type(exc).__name__}: {exc}") from None
+                raise self._unreachable(f"{type(exc).__name__}: {exc}") from None
             except httpx.HTTPError as exc:
                 raise self._failure(what, exc) from None
         try:
@@ -173,9 +177,17 @@ class CenterClient:
                                 truncate=truncate)
         except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
             self._stopping()
-            raise Unreachable(f"cut off mid-answer: {type(exc).__name__}: {exc}") from None
+            raise self._unreachable(f"cut off mid-answer: {type(exc).__name__}: {exc}"
+                                    ) from None
         except httpx.HTTPError as exc:
             raise self._failure(answer.what, exc) from None
+        except UpstreamError as exc:  # too large
+            self.health.failed(str(exc))
+            raise
+
+    def _unreachable(self, why: str) -> Unreachable:
+        self.health.unreachable(f"the center at {self.url} is unreachable: {why}")
+        return Unreachable(why)
 
     def _failure(self, what: str, exc: Exception) -> Exception:
         """A center that answered, but not well: too slowly (the whole answer's deadline), or
@@ -184,11 +196,32 @@ class CenterClient:
 
         self._stopping()
         if isinstance(exc, httpx.TimeoutException):
-            return UpstreamError(f"the center at {self.url} did not finish answering {what} "
-                                 f"within {self.timeout:g} s ({type(exc).__name__}); nothing "
-                                 "was stored")
-        return UpstreamError(f"the center at {self.url} failed {what}: "
-                             f"{type(exc).__name__}: {exc}")
+            error = UpstreamError(f"the center at {self.url} did not finish answering {what} "
+                                  f"within {self.timeout:g} s ({type(exc).__name__}); nothing "
+                                  "was stored")
+        else:
+            error = UpstreamError(f"the center at {self.url} failed {what}: "
+                                  f"{type(exc).__name__}: {exc}")
+        self.health.failed(str(error))
+        return error
+
+    def probe(self, path: str) -> None:
+        """Ask ``path`` once, briefly, to learn whether the center answers at all."""
+        import httpx
+
+        if self.backend.stopped:
+            return
+        try:
+            with within(deadline_after(PROBE_SECONDS)):
+                self._client.send(self._client.build_request("GET", path), stream=True).close()
+        except httpx.TimeoutException:
+            self.health.unreachable(f"the center at {self.url} did not answer GET {path} "
+                                    f"within {PROBE_SECONDS:g} s")
+        except httpx.HTTPError as exc:
+            self.health.unreachable(f"the center at {self.url} is unreachable "
+                                    f"({type(exc).__name__}: {exc})")
+        else:
+            self.health.answered()
 
     def _stopping(self) -> None:
         """Raise ShuttingDown when the call failed because the service stopped waiting."""
@@ -205,6 +238,8 @@ class CenterClient:
         if 200 <= status < 300:
             return
         message = error_message(body)
+        if status >= 500:
+            self.health.failed(f"the center answered {what} with {status}: {message}")
         if status == 503:
             raise CenterBusy(f"the center is unavailable ({message})",
                              retry_after=_retry_after(response.headers.get("retry-after")))

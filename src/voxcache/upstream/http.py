@@ -22,6 +22,7 @@ from typing import Any
 
 from ..errors import MissingDependency, UpstreamError
 from ..redact import redact
+from .health import PROBE_SECONDS, Reachability
 from .transport import (
     DEFAULT_MAX_ANSWER_BYTES,
     MAX_ERROR_BYTES,
@@ -69,9 +70,12 @@ class UpstreamClient:
                  connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
                  retries: int = DEFAULT_RETRIES, backoff: float = 0.2,
                  headers: dict[str, str] | None = None,
-                 max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES) -> None:
+                 max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+                 health: Reachability | None = None) -> None:
         _httpx()
         self.base_url = base_url.rstrip("/")
+        self.health = health or Reachability("upstream", "", self.base_url)
+        """What the last call (or probe) found: reachable or not, since when, last error."""
         self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
@@ -129,7 +133,9 @@ class UpstreamClient:
         while True:
             try:
                 with within(deadline):
-                    return self._client.send(request, stream=True)
+                    response = self._client.send(request, stream=True)
+                self.health.answered()
+                return response
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 if attempt >= self.retries or self.backend.stopped or \
                         time.monotonic() >= deadline:
@@ -143,19 +149,24 @@ class UpstreamClient:
     def _unreachable(self, exc: Exception, attempt: int) -> Exception:
         if self.backend.stopped:
             return _stopping(self.base_url)
-        return UpstreamError(
+        error = UpstreamError(
             f"upstream {self.base_url} is unreachable ({type(exc).__name__}: {exc}) "
             f"after {attempt + 1} attempt(s); is the TTS server running?")
+        self.health.unreachable(str(error))
+        return error
 
     def _check(self, response: Any, method: str, body: bytes | None = None) -> None:
         if not 200 <= response.status_code < 300:
             content = response.content if body is None else body
-            raise UpstreamError(
+            error = UpstreamError(
                 f"upstream {method} {response.url} answered {response.status_code}: "
                 f"{error_message(content)}",
                 upstream_status=response.status_code,
                 upstream_reply=error_fields(content),
             )
+            if response.status_code >= 500:
+                self.health.failed(str(error))
+            raise error
 
     def _read(self, response: Any, deadline: float, limit: int, truncate: bool = False
               ) -> bytes:
@@ -167,6 +178,9 @@ class UpstreamClient:
             return read_limited(response, deadline, limit, what, truncate=truncate)
         except httpx.HTTPError as exc:
             raise self._failure(str(response.url), exc) from None
+        except UpstreamError as exc:  # too large
+            self.health.failed(str(exc))
+            raise
 
     def _body(self, response: Any, deadline: float) -> Iterator[bytes]:
         httpx = _httpx()
@@ -175,6 +189,9 @@ class UpstreamClient:
                                f"upstream {response.url}")
         except httpx.HTTPError as exc:
             raise self._failure(str(response.url), exc) from None
+        except UpstreamError as exc:  # too large
+            self.health.failed(str(exc))
+            raise
 
     def _failure(self, url: str, exc: Exception) -> Exception:
         """An upstream that was reached but failed mid-way (timeouts included): never
@@ -183,11 +200,33 @@ class UpstreamClient:
         if self.backend.stopped:
             return _stopping(self.base_url)
         if isinstance(exc, _httpx().TimeoutException):
-            return UpstreamError(
+            error = UpstreamError(
                 f"upstream {url} did not finish its answer within {self.timeout:g} s "
                 f"({type(exc).__name__}); nothing was stored. Raise upstream_timeout for "
                 "long texts")
-        return UpstreamError(f"upstream {url} failed: {type(exc).__name__}: {exc}")
+        else:
+            error = UpstreamError(f"upstream {url} failed: {type(exc).__name__}: {exc}")
+        self.health.failed(str(error))
+        return error
+
+    def probe(self, path: str) -> None:
+        """Ask ``path`` once, briefly, to learn whether the upstream answers at all (any
+        status will do); the answer goes to ``health``, never to a caller."""
+        httpx = _httpx()
+        if self.backend.stopped:
+            return
+        try:
+            with within(deadline_after(PROBE_SECONDS)):
+                self._client.send(self._client.build_request("GET", self.base_url + path),
+                                  stream=True).close()
+        except httpx.TimeoutException:
+            self.health.unreachable(f"upstream {self.base_url} did not answer GET {path} "
+                                    f"within {PROBE_SECONDS:g} s")
+        except httpx.HTTPError as exc:
+            self.health.unreachable(f"upstream {self.base_url} is unreachable "
+                                    f"({type(exc).__name__}: {exc})")
+        else:
+            self.health.answered()
 
     def stop(self, grace: float) -> None:
         """Cut off every call still running ``grace`` seconds from now (the service stops)."""

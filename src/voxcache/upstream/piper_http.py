@@ -31,6 +31,7 @@ class PiperHttpEngine(UpstreamEngine):
     """Renders misses on a running Piper HTTP server."""
 
     kind = "piper-http"
+    probe_path = "/info"
     supports_reference = False
     supports_instruct = False
     supports_seed = False

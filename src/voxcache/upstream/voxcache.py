@@ -105,6 +105,7 @@ class VoxcacheEdgeEngine(UpstreamEngine):
     """An engine that is a central voxcache, mirrored (see the module docstring)."""
 
     kind = "voxcache"
+    probe_path = "/healthz"
     cache: Cache | None = None
 
     def __init__(self, url: str, *, api_key: str | None = None, fallback: str | None = None,
@@ -306,6 +307,12 @@ class VoxcacheEdgeEngine(UpstreamEngine):
             body["reference_audio"] = base64.b64encode(request.reference_audio).decode()
             body["prompt_text"] = request.prompt_text
         return body
+
+    def reachability(self, refresh: bool = True) -> list[dict[str, Any]]:
+        """The center's state (``role: center``), and whether misses fail fast meanwhile."""
+        state = self._reachability(self.center, refresh)
+        state["offline"] = self.state.offline
+        return [state]
 
     def stop_waiting(self, grace: float) -> None:
         """The service is stopping: cut off calls to the center still running ``grace``
