@@ -79,6 +79,7 @@ class Hostile:
 
         self.log: list[dict[str, Any]] = []
         self.keys: dict[str, str] = {}  # center: key → text of the synthesis that named it
+        self.last: dict[str, str] | None = None
         self.engine = ToneEngine()
         self.keyer = CachedEngine(self.engine, Cache(folder))
 
@@ -88,7 +89,9 @@ class Hostile:
             return await self.send(writer, 200, json.dumps(self.log).encode(), "application/json")
         key = path.rsplit("/", 1)[1] if method == "GET" and path.startswith("/v1/audio/") else ""
         text = self.keys.get(key, "") if key else _text(body)
-        self.log.append({"method": method, "path": path, "text": text, "headers": headers})
+        call: dict[str, Any] = {"method": method, "path": path, "text": text,
+                                "headers": headers, "sent": 0}
+        self.log.append(call)
         route = (method, path.split("?")[0])
         if route == ("POST", "/v1/synthesize"):
             return await self.synthesize(body, text, writer)
@@ -96,13 +99,14 @@ class Hostile:
             if key not in self.keys:
                 return await self.send(writer, 404, b'{"error": {"message": "no entry"}}',
                                        "application/json")
-            return await self.answer(writer, text, self.entry(key, text), "audio/wav")
+            return await self.answer(writer, text, self.entry(key, text), "audio/wav", call)
         if route in (("POST", "/v1/audio/speech"), ("POST", "/synthesize")):
-            return await self.answer(writer, text, wav(tone(text)), "audio/wav")
+            self.last = {"text": text}  # what Piper's /info reports as "last"
+            return await self.answer(writer, text, wav(tone(text)), "audio/wav", call)
         documents = {
             ("GET", "/v1/packs/identity"): self.identity,
             ("GET", "/info"): lambda: {"voice": {"name": "hostile", "language": "en-us",
-                                                 "num_speakers": 1}, "last": None},
+                                                 "num_speakers": 1}, "last": self.last},
             ("GET", "/voices"): lambda: {"hostile": {"audio": {"sample_rate": RATE},
                                                      "inference": {}}},
         }
@@ -137,8 +141,9 @@ class Hostile:
                            meta={"tenant": "default"}).blob
 
     async def answer(self, writer: asyncio.StreamWriter, text: str, good: bytes,
-                     media: str) -> None:
-        """The behaviour the text asks for, around a good answer ``good``."""
+                     media: str, call: dict[str, Any]) -> None:
+        """The behaviour the text asks for, around a good answer ``good`` (``call["sent"]``
+        counts the chunks of a streamed one sent so far)."""
         if text.startswith("trickle"):
             await self.head(writer, 200, {"Content-Type": media,
                                           "Content-Length": str(len(good) + 10**6)})
@@ -169,6 +174,7 @@ class Hostile:
                     piece = wav(b"", size=0xFFFFFFFF)[:44] + piece
                 writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
                 await writer.drain()
+                call["sent"] = number + 1
             writer.write(b"0\r\n\r\n")
         else:
             await self.send(writer, 200, good, media)

@@ -28,11 +28,12 @@ from .access_log import AccessLog
 from .edge import EdgeFallback
 from .fastpath import StoredAudioFastPath
 from .guard import BodyLimit
+from .methods import install as install_methods
 from .metrics import Metrics
 from .options import ServiceOptions, service_options
 from .packs import install as install_packs
 from .packs import is_fallback
-from .routes import cosyvoice, gpt_sovits, gpt_sovits_control
+from .routes import cosyvoice, gpt_sovits, gpt_sovits_control, piper
 from .serving import Server
 from .speech_memo import SpeechHitFastPath, SpeechMemo
 from .stopping import on_stop_signal, stop_waiting_now
@@ -78,9 +79,10 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
     app.state.voices = VoiceStore(settings.cache_dir / "voices", options.max_upload_seconds)
     errors.install(app)
     for module in (speech, stored, voice_routes, admin, gpt_sovits, gpt_sovits_control,
-                   cosyvoice):
+                   cosyvoice, piper):
         app.include_router(module.router)
     install_packs(app)  # /v1/packs routes and the identity record
+    install_methods(app)  # 405 with every method a path takes (innermost: after the fast paths)
     edge = cached.engine
     if getattr(edge, "fallback_engine", None) is not None and not is_fallback(edge):
         app.add_middleware(EdgeFallback, edge=edge, fallback=fallback_app(app, edge))

@@ -44,6 +44,7 @@ class OpenAISpeechEngine(UpstreamEngine):
     default_language = "auto"
     supports_reference = False
     supports_seed = False
+    streams_from_server = True
 
     def __init__(self, url: str, *, model: str = "tts-1", api_key: str | None = None,
                  voices: Sequence[str] | None = None, default_voice: str | None = None,
