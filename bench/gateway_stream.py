@@ -7,13 +7,17 @@ yields one chunk every ``--interval`` seconds, ``--chunks`` of them:
 
 - GPT-SoVITS ``api_v2`` ``POST /tts`` with ``streaming_mode=2``: the zero-frame
   WAV header with the first chunk, then raw PCM (32 kHz);
-- CosyVoice ``server.py`` ``POST /inference_sft``: raw int16 PCM (24 kHz).
+- CosyVoice ``server.py`` ``POST /inference_sft``: raw int16 PCM (24 kHz);
+- an OpenAI-compatible ``POST /v1/audio/speech`` with ``response_format=wav``: a WAV
+  header with unknown sizes (as OpenAI streams WAV), then PCM (24 kHz); asked for wav and
+  for mp3 (the official client's default) through the gateway.
 
 Each round asks the server directly, then the gateway for the same text (a new
 key every round, so every gateway request is a miss), one after the other so
 both see the same machine; the first rounds warm connections up and are dropped.
 
     python -m bench.gateway_stream [--requests 20] [--interval 1.0] [--chunks 3]
+                                   [--kinds gpt-sovits,cosyvoice,openai]
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ def upstream_app(interval: float, chunks: int) -> FastAPI:
     """Both stand-ins on one app: ``/tts`` (+ ``/set_refer_audio``) and ``/inference_sft``."""
     app = FastAPI()
 
-    async def speak(rate: int, header: bool) -> AsyncIterator[bytes]:
+    async def speak(rate: int, header: bool, unknown: bool = False) -> AsyncIterator[bytes]:
         t = np.arange(int(rate * CHUNK_SECONDS)) / rate
         chunk = (0.3 * np.sin(2 * np.pi * 440 * t) * 32767).astype("<i2").tobytes()
         for number in range(chunks):
@@ -60,7 +64,10 @@ def upstream_app(interval: float, chunks: int) -> FastAPI:
                     out.setnchannels(1)
                     out.setsampwidth(2)
                     out.setframerate(rate)
-                yield buffer.getvalue()
+                head = buffer.getvalue()
+                if unknown:  # OpenAI's streamed WAV: sizes 0xFFFFFFFF
+                    head = head[:4] + b"\xff" * 4 + head[8:40] + b"\xff" * 4
+                yield head
             yield chunk
 
     @app.post("/tts")
@@ -71,6 +78,11 @@ def upstream_app(interval: float, chunks: int) -> FastAPI:
     @app.get("/set_refer_audio")
     async def set_refer_audio() -> JSONResponse:
         return JSONResponse({"message": "success"})
+
+    @app.post("/v1/audio/speech")
+    async def speech(request: Request) -> StreamingResponse:
+        await request.json()
+        return StreamingResponse(speak(24000, header=True, unknown=True), media_type="audio/wav")
 
     @app.post("/inference_sft")
     async def sft(tts_text: Annotated[str, Form()],
@@ -100,6 +112,10 @@ def timed(client: httpx.Client, url: str, kind: str, text: str,
         call = {"url": f"{url}/tts", "json": {
             "text": text, "text_lang": "en", "ref_audio_path": str(clip), "prompt_lang": "en",
             "streaming_mode": 2}}
+    elif kind.startswith("openai"):
+        call = {"url": f"{url}/v1/audio/speech", "json": {
+            "model": "tts-1", "voice": "alloy", "input": text,
+            "response_format": "mp3" if kind.endswith("mp3") else "wav"}}
     else:
         call = {"url": f"{url}/inference_sft", "data": {"tts_text": text, "spk_id": "中文女"}}
     started = time.perf_counter()
@@ -117,12 +133,15 @@ def timed(client: httpx.Client, url: str, kind: str, text: str,
 
 def measure(kind: str, upstream: str, folder: Path, clip: Path,
             requests: int) -> dict[str, list[tuple[float, float]]]:
-    """Alternate direct and gateway requests for new texts; keep (first, last) seconds."""
+    """Alternate direct and gateway requests for new texts; keep (first, last) seconds.
+    ``openai-mp3``: the gateway is asked for mp3 (the upstream, as ever, for wav)."""
     rows: dict[str, list[tuple[float, float]]] = {"direct": [], "gateway miss": []}
-    with gateway(upstream, kind, folder) as address, httpx.Client(timeout=120) as client:
+    upstream_kind = kind.removesuffix("-mp3")
+    with gateway(upstream, upstream_kind, folder) as address, \
+            httpx.Client(timeout=120) as client:
         for number in range(requests + WARMUP):
             text = f"Announcement number {number} for {kind}."
-            direct = timed(client, upstream, kind, text, clip)
+            direct = timed(client, upstream, upstream_kind, text, clip)
             miss = timed(client, address, kind, text, clip)
             if miss[2] != "MISS":
                 raise RuntimeError(f"expected a miss, got {miss[2]}")
@@ -138,7 +157,7 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=1.0,
                         help="seconds between the model's chunks (the first comes after one)")
     parser.add_argument("--chunks", type=int, default=3)
-    parser.add_argument("--kinds", default="gpt-sovits,cosyvoice")
+    parser.add_argument("--kinds", default="gpt-sovits,cosyvoice,openai,openai-mp3")
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory() as name, \

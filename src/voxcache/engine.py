@@ -55,6 +55,10 @@ class Engine:
     supports_instruct: bool = False
     supports_seed: bool = False
     """True when an explicit seed makes the engine's output reproducible."""
+    streams_from_server: bool = False
+    """True when ``render`` yields audio as a remote server sends it (a gateway's upstream
+    that streams): the OpenAI route then sends a miss as it arrives, as OpenAI's own
+    server streams its bodies, instead of after the last chunk."""
     segments_context_free: bool = True
     """False when a sentence's audio depends on neighbouring text; such an engine must
     also override ``segment_context`` or segment mode is refused for it."""

@@ -11,6 +11,7 @@ from .cached import CachedEngine
 from .config import Settings
 from .engine import Engine
 from .engines import load_engine
+from .errors import InvalidParameter
 from .references import ReferenceFolders
 
 log = logging.getLogger("voxcache")
@@ -46,16 +47,33 @@ def load_configured_engine(settings: Settings) -> Engine:
     if settings.upstream:
         from .upstream import load_upstream, parse_upstream
 
-        options = dict(settings.upstream_options)
+        options = upstream_options(settings)
         if parse_upstream(settings.upstream)[0] == "gpt-sovits":
             # the one protocol that names reference clips by path: it reads them through these
             options["references"] = reference_folders(settings, has_api_keys(settings))
-        return load_upstream(settings.upstream, revision=settings.upstream_revision,
-                             timeout=settings.upstream_timeout, **options)
+        return load_upstream(settings.upstream, **options)
     options = dict(settings.engine_options)
     if settings.engine == "piper":
         options.setdefault("threads", settings.piper_threads)
     return load_engine(settings.engine, **options)
+
+
+def upstream_options(settings: Settings) -> dict[str, object]:
+    """``upstream_options`` with ``upstream_timeout`` and ``upstream_revision`` folded in as
+    ``timeout`` and ``revision``: either spelling works; both, with different values, is
+    refused (which one was meant cannot be guessed)."""
+    options = dict(settings.upstream_options)
+    for name, setting in (("timeout", "upstream_timeout"), ("revision", "upstream_revision")):
+        value = getattr(settings, setting)
+        default = Settings.__dataclass_fields__[setting].default
+        if name not in options:
+            if value is not None:
+                options[name] = value
+        elif value != default and value != options[name]:
+            raise InvalidParameter(
+                f"{setting} = {value!r} and upstream_options {name} = {options[name]!r} "
+                f"disagree; set one of them")
+    return options
 
 
 def reference_folders(settings: Settings, per_tenant: bool) -> ReferenceFolders:

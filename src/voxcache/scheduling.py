@@ -29,10 +29,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import ctypes
 import heapq
 import itertools
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -48,6 +50,16 @@ RENDER_PRIORITY: contextvars.ContextVar[int] = contextvars.ContextVar(
     "voxcache_render_priority", default=INTERACTIVE)
 """The priority of the renders the current request starts (set per request by the service;
 background work sets ``BACKGROUND``). Miss threads run in a copy of the submitter's context."""
+
+
+def release_memory() -> None:
+    """Hand freed heap memory back to the system (glibc's ``malloc_trim``; elsewhere a no-op).
+
+    A render that failed after holding a lot of audio (an upstream answer refused at its
+    size limit) freed it in small blocks the allocator keeps for reuse: the process would
+    stay that large. Errors that follow such a render say so (``release_memory``)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)
 
 
 class Admission:
@@ -99,8 +111,20 @@ class Admission:
         except BaseException:
             self._finished()
             raise
-        future.add_done_callback(lambda _: self._finished())
+        future.add_done_callback(self._finished_miss)
         return future
+
+    def _finished_miss(self, future: Future[Any]) -> None:
+        self._finished()
+        exc = None if future.cancelled() else future.exception()
+        if exc is not None:
+            # The exception stays in the futures its callers wait on, with every frame it
+            # left — and they with the audio the render had made: a cycle (frame → future
+            # → exception → frame) that only a full collection frees, which a large heap
+            # may not run for hours. The miss has ended: its frames' locals can go now.
+            traceback.clear_frames(exc.__traceback__)
+            if getattr(exc, "release_memory", False):
+                release_memory()
 
     def _finished(self) -> None:
         with self._cond:

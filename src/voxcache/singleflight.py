@@ -92,10 +92,14 @@ class Flight(Generic[T]):
         _wake(loops)
 
     def fail(self, exc: BaseException) -> None:
-        """The load failed: every waiter still waiting gets ``exc``."""
+        """The load failed: every waiter still waiting gets ``exc``. The chunks go at once:
+        nobody will hear the rest of a failed take, and ``exc`` (whose traceback passes
+        through frames that hold this flight) would otherwise keep them until a full
+        garbage collection — a refused 128 MiB answer stayed in the process."""
         with self._cond:
             if self._value is _NOTHING and self._error is None:
                 self._error = exc
+                self.chunks = []
             if self._published is _NOTHING and self._landing_error is None:
                 self._landing_error = exc
             loops = self._bump()
@@ -177,7 +181,7 @@ class Flight(Generic[T]):
         sent = 0
         while True:
             with self._cond:
-                while sent == len(self.chunks) and not self.settled:
+                while sent >= len(self.chunks) and not self.settled:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         raise TimeoutError("render did not finish in time")
@@ -186,7 +190,7 @@ class Flight(Generic[T]):
                 finished = self.settled
             yield from ready
             sent += len(ready)
-            if finished and sent == len(self.chunks):
+            if finished and sent >= len(self.chunks):
                 self._outcome(False)  # re-raise a leader's failure
                 return
 
@@ -209,7 +213,7 @@ class Flight(Generic[T]):
             for chunk in ready:
                 yield chunk
             sent += len(ready)
-            if done and sent == len(self.chunks):
+            if done and sent >= len(self.chunks):
                 value = self._outcome(False)  # re-raises the leader's failure
                 if to_landing:
                     self._outcome(True)

@@ -37,7 +37,7 @@ def tmpfs(tmp_path: Path) -> Iterator[Path]:
 
 def fill_blocks(mount: Path) -> None:
     """Write until the file system refuses a byte more."""
-    with open(mount / "filler", "wb") as f:
+    with open(mount / "filler", "wb", buffering=0) as f:  # nothing left to flush at close
         try:
             while True:
                 f.write(b"\0" * 65536)

@@ -166,3 +166,33 @@ def voxcache_serve(cache_dir: Path, upstream: str, *args: str,
     finally:
         process.terminate()
         process.wait(30)
+
+
+@dataclass
+class HostileServer:
+    """``tests.upstream.hostile`` in a subprocess: a center, an OpenAI server and a Piper
+    server at once, hostile when the text asks (see its docstring)."""
+
+    url: str
+    process: subprocess.Popen
+
+    def log(self) -> list[dict]:
+        """The requests it received so far."""
+        return httpx.get(f"{self.url}/_log", timeout=10).json()
+
+
+@contextlib.contextmanager
+def hostile_server(folder: Path) -> Iterator[HostileServer]:
+    """Start the hostile stand-in and wait until it listens."""
+    port = free_port()
+    repo = Path(__file__).resolve().parents[2]
+    folder.mkdir(parents=True, exist_ok=True)
+    process = subprocess.Popen([sys.executable, "-m", "tests.upstream.hostile", str(port),
+                                str(folder / "keyer")], cwd=repo, stdout=subprocess.PIPE)
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == b"listening"
+        yield HostileServer(f"http://127.0.0.1:{port}", process)
+    finally:
+        process.kill()
+        process.wait(15)

@@ -110,6 +110,21 @@ class PiperEngine(Engine):
                                     maximum=max(0, cfg.num_speakers - 1), doc="speaker index"),
         }
 
+    @property
+    def speaker_ids(self) -> dict[str, int]:
+        """Speaker names of a multi-speaker voice (Piper's HTTP ``speaker`` field)."""
+        return dict(self.voice.config.speaker_id_map or {})
+
+    def piper_document(self, name: str) -> dict[str, object]:
+        """What Piper's own HTTP server answers on ``/info`` or ``/voices`` for this voice
+        (``last`` is null: the cache answers most requests without rendering)."""
+        cfg = self.voice.config
+        if name == "info":
+            return {"voice": {"name": VOICE_NAME, "language": cfg.espeak_voice,
+                              "num_speakers": cfg.num_speakers}, "last": None}
+        config = json.loads(Path(f"{self.model_path}.json").read_text(encoding="utf-8"))
+        return {VOICE_NAME: config}
+
     # Piper renders each sentence from its own phonemes (no neighbour context) and
     # concatenates chunks with no gap (see PiperVoice.synthesize_wav).
     segments_context_free = True

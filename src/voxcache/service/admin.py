@@ -40,14 +40,19 @@ async def readyz(request: Request) -> Response:
     try:
         reason = await server.admission.read(_storage_fault, server.cache.root)
         tiers = await _tiers_now(request, server)
+        upstream = await _upstream_now(request, server)
     except RuntimeError:  # the pool refuses work once shut down
         return JSONResponse(error_body("shutting down", "server_error"), status_code=503)
     storage: dict[str, Any] = {"writable": reason is None}
     if reason is not None:
         storage["reason"] = f"{reason}: takes are served but not stored"
-    return JSONResponse({"status": "ready", "engine": server.cached.engine.id,
+    down = [role for role, state in upstream.items() if state["reachable"] is False]
+    unready = bool(down) and request.app.state.options.upstream_required
+    return JSONResponse({"status": "unready" if unready else "ready",
+                         "engine": server.cached.engine.id,
                          "model_revision": server.cached.engine.model_revision,
-                         "storage": storage, **tiers})
+                         "storage": storage, **tiers, **upstream},
+                        status_code=503 if unready else 200)
 
 
 HEALTH_WAIT = 1.0
@@ -69,6 +74,25 @@ async def _tiers_now(request: Request, server: Server) -> dict[str, Any]:
     except TimeoutError:
         return {"tiers": f"no answer within {HEALTH_WAIT:g} s: a shared tier is slow "
                          "(requests are served from the local tiers meanwhile)"}
+
+
+async def _upstream_now(request: Request, server: Server) -> dict[str, Any]:
+    """The upstream's (or center's) state by role: probed when no call said anything
+    recently, one probe at a time, waited for at most ``HEALTH_WAIT`` — past it, what
+    is known now (a probe of a hung upstream takes ``health.PROBE_SECONDS``)."""
+    reachability = getattr(server.cached.engine, "reachability", None)
+    if reachability is None:
+        return {}
+    state = request.app.state
+    check: asyncio.Future[list[dict[str, Any]]] | None = getattr(state, "upstream_check", None)
+    if check is None or check.done():
+        check = asyncio.ensure_future(server.admission.read(reachability))
+        state.upstream_check = check
+    try:
+        found = await asyncio.wait_for(asyncio.shield(check), HEALTH_WAIT)
+    except TimeoutError:
+        found = reachability(refresh=False)
+    return {entry.pop("role"): entry for entry in (dict(item) for item in found)}
 
 
 def _tier_health(cache: Cache) -> dict[str, Any]:

@@ -30,14 +30,15 @@ from .access_log import AccessLog
 from .edge import EdgeFallback
 from .fastpath import StoredAudioFastPath
 from .guard import BodyLimit
+from .methods import install as install_methods
 from .metrics import Metrics
 from .options import ServiceOptions, service_options
 from .packs import install as install_packs
 from .packs import is_fallback
-from .routes import cosyvoice, gpt_sovits, gpt_sovits_control
+from .routes import cosyvoice, gpt_sovits, gpt_sovits_control, piper
 from .serving import Server
 from .speech_memo import SpeechHitFastPath, SpeechMemo
-from .stopping import StopSignals
+from .stopping import StopSignals, stop_waiting_now
 from .voices import VoiceStore
 
 log = logging.getLogger("voxcache.service")
@@ -56,18 +57,21 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
         sys.setswitchinterval(options.switch_interval)  # process-wide: this is a server
     cached = cached or open_cached_engine(settings)
     admission = Admission(options.render_concurrency, options.render_queue, options.io_threads)
-    metrics = Metrics(cached.cache, lambda: admission.queued, lambda: admission.running)
+    metrics = Metrics(cached.cache, lambda: admission.queued, lambda: admission.running,
+                      upstream=getattr(cached.engine, "reachability", None))
     server = Server(cached, admission, metrics, options.request_timeout,
                     multi_tenant=bool(options.api_keys))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         stop = StopSignals()
-        stop.watch()
+        restore = stop.watch(cached.engine, options.shutdown_grace)
         log.info("started: process %d serving %s", os.getpid(), cached.engine.id)
         yield
+        restore()
         # Graceful shutdown: uvicorn has stopped taking requests; finish renders, flush.
         log.info("stopping (%s): finishing renders, closing the cache", stop.reason)
+        stop_waiting_now(cached.engine)  # an upstream call still running must not hold it
         admission.shutdown()
         cached.cache.close()
         log.info("stopped (%s): process %d", stop.reason, os.getpid())
@@ -83,9 +87,10 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
                                   cached.cache)
     errors.install(app)
     for module in (speech, stored, voice_routes, admin, gpt_sovits, gpt_sovits_control,
-                   cosyvoice):
+                   cosyvoice, piper):
         app.include_router(module.router)
     install_packs(app)  # /v1/packs routes and the identity record
+    install_methods(app)  # 405 with every method a path takes (innermost: after the fast paths)
     edge = cached.engine
     if getattr(edge, "fallback_engine", None) is not None and not is_fallback(edge):
         app.add_middleware(EdgeFallback, edge=edge, fallback=fallback_app(app, edge))

@@ -64,8 +64,11 @@ class Metrics:
     """The series a voxcache server exports."""
 
     def __init__(self, cache: Cache, queue_depth: Callable[[], int],
-                 running: Callable[[], int]) -> None:
+                 running: Callable[[], int],
+                 upstream: Callable[[], list[dict[str, Any]]] | None = None) -> None:
         self.cache = cache
+        self.upstream = upstream
+        """A gateway's or edge's ``engine.reachability`` (None for an embedded engine)."""
         self.local = CollectorRegistry()
         """This process's own counters (published to the history, summed on export)."""
         r = self.local
@@ -198,6 +201,7 @@ class _Collector(Collector):
         yield from _caps(disk)
         yield from self._disk_kinds()
         yield from self._health()
+        yield from upstream_families(self.metrics.upstream)
         events = CounterMetricFamily("voxcache_cache_events",
                                      "Persisted cache counters (all processes sharing the "
                                      "folder): hits_*, misses, syntheses, joins, evictions_*, "
@@ -263,6 +267,27 @@ class _Collector(Collector):
             with self._lock:
                 self._kinds = (time.monotonic(), kinds)
         return kinds
+
+
+def upstream_families(reachability: Callable[[], list[dict[str, Any]]] | None
+                      ) -> Iterator[Any]:
+    """Whether the upstream (a gateway's) or the center (an edge's) answers, as this
+    process last saw it (probed when no call said so for a few seconds). Empty for an
+    embedded engine: the families are there, with no series."""
+    labels = ["role", "kind", "url"]
+    up = GaugeMetricFamily("voxcache_upstream_up", "1 while the upstream (role upstream) or "
+                           "the center (role center) answers, 0 while it cannot be reached",
+                           labels=labels)
+    since = GaugeMetricFamily("voxcache_upstream_since_timestamp_seconds", "When "
+                              "voxcache_upstream_up last changed (Unix time)", labels=labels)
+    for state in reachability() if reachability is not None else ():
+        if state["reachable"] is None:
+            continue
+        names = [state["role"], state["kind"], state["url"]]
+        up.add_metric(names, 1.0 if state["reachable"] else 0.0)
+        since.add_metric(names, float(state["since"]))
+    yield up
+    yield since
 
 
 # -- stage caches (issue 12): the persisted stage_<kind>_<name> counters, labelled by kind --

@@ -54,6 +54,15 @@ class ServiceOptions:
     body_timeout: float = 30.0
     """Seconds a request's whole body may take to arrive once its headers are in; a client
     trickling bytes gets 408 instead of holding a worker's buffer open."""
+    shutdown_grace: float = 10.0
+    """Seconds an upstream's answer still running when SIGTERM (or Ctrl-C) arrives may take
+    before it is cut off (its callers get 503 and ``Retry-After``; nothing is stored), so a
+    hung upstream or center cannot hold the process. An embedded engine's render is not cut
+    off: it finishes within ``serve --graceful-timeout``."""
+    upstream_required: bool = False
+    """Whether ``/readyz`` answers 503 while the upstream (or an edge's center) is
+    unreachable. Off by default: hits are still served, so a balancer should keep sending
+    traffic; ``/readyz`` and ``voxcache_upstream_up`` say it is down either way."""
     switch_interval: float = 0.0005
     """Seconds a thread may hold the GIL before yielding (``sys.setswitchinterval``; 0
     leaves Python's 5 ms). A render thread running Python code between model calls
@@ -90,10 +99,10 @@ class ServiceOptions:
 
 _NUMBERS = {"render_concurrency": int, "render_queue": int, "io_threads": int,
             "max_upload_seconds": float, "request_timeout": float, "switch_interval": float,
-            "header_timeout": float, "body_timeout": float}
+            "header_timeout": float, "body_timeout": float, "shutdown_grace": float}
 _POSITIVE = ("max_upload_seconds", "request_timeout", "header_timeout", "body_timeout")
 _SIZES = ("max_body_bytes", "max_upload_bytes")
-_BOOLS = ("privacy", "allow_public", "access_log")
+_BOOLS = ("privacy", "allow_public", "access_log", "upstream_required")
 
 
 def service_options(settings: Settings, **overrides: Any) -> ServiceOptions:
@@ -122,6 +131,9 @@ def service_options(settings: Settings, **overrides: Any) -> ServiceOptions:
         if name in values and not (math.isfinite(values[name]) and values[name] > 0):
             raise InvalidParameter(f"[service] {name} must be a positive number of seconds, "
                                    f"got {values[name]}")
+    grace = values.get("shutdown_grace", 0.0)
+    if not (math.isfinite(grace) and grace >= 0):
+        raise InvalidParameter(f"[service] shutdown_grace must be 0 or more seconds, got {grace}")
     aliases = {str(k): str(v) for k, v in settings.extra.get("voice_aliases", {}).items()}
     api_keys = _api_keys(settings.extra.get("tenants", {}))
     return ServiceOptions(**values, voice_aliases=aliases, api_keys=api_keys,

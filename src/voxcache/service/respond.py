@@ -38,8 +38,11 @@ from ..stream_encode import STREAMS, StreamEncoder
 from .serving import Server, Take
 from .speech_usage import usage
 
-STREAMABLE = ("pcm", "wav")
+RAW_STREAMS = ("pcm", "wav")
 """Formats whose chunks concatenate into one valid stream as they are rendered."""
+STREAMABLE = (*RAW_STREAMS, *STREAMS)
+"""Formats a take can be sent in while it renders: raw samples, or mp3/opus as the
+encoder makes its bytes final (``stream_encode``)."""
 
 Part = bytes | memoryview
 
@@ -132,8 +135,10 @@ async def streamed(server: Server, take: Take, fmt: Format, started: float, sse:
     if sse:
         return StreamingResponse(_sse(server, take, fmt, first, chunks, text), headers=headers,
                                  media_type="text/event-stream")
-    return StreamingResponse(_progressive(first, chunks, fmt),
-                             media_type=media_type(fmt, take.sample_rate), headers=headers)
+    body = (_progressive(first, chunks, fmt) if fmt.name in RAW_STREAMS
+            else _encoding(server, _prepend(first, chunks), fmt, first))
+    return StreamingResponse(body, media_type=media_type(fmt, take.sample_rate),
+                             headers=headers)
 
 
 async def _progressive(first: Audio, rest: AsyncIterator[Audio], fmt: Format
@@ -171,28 +176,44 @@ async def _sse(server: Server, take: Take, fmt: Format, first: Audio,
         assert take.entry is not None
         yield _event(b"".join(await delivered(server, take.entry, fmt)))
         frames, rate = take.entry.header.length // block, take.entry.header.sample_rate
-    elif fmt.name in STREAMABLE:
+    elif fmt.name in RAW_STREAMS:
         rate, sent = fmt.rate_for(first.sample_rate), 0
         async for data in _progressive(first, rest, fmt):
             sent += len(data)
             yield _event(data)
         frames = (sent - (WAV_HEADER_BYTES if fmt.name == "wav" else 0)) // block
     elif fmt.name in STREAMS:
-        encoder, frames = StreamEncoder(fmt, first.sample_rate, first.channels), 0
-        async for chunk in _prepend(first, rest):
-            frames += chunk.frames
-            data = await server.admission.read(encoder.push, chunk)
-            if data:
-                yield _event(data)
-        tail = await server.admission.read(encoder.close)
-        if tail:
-            yield _event(tail)
+        counted = [0]
+        async for data in _encoding(server, _counting(_prepend(first, rest), counted), fmt,
+                                    first):
+            yield _event(data)
+        frames = counted[0]
     else:
         audio = Audio.join([chunk async for chunk in _prepend(first, rest)])
         frames = audio.frames
         yield _event(await server.admission.read(encode, audio, fmt))
     done = {"type": "speech.audio.done", "usage": usage(text, frames, rate)}
     yield f"data: {json.dumps(done)}\n\n".encode()
+
+
+async def _encoding(server: Server, chunks: AsyncIterator[Audio], fmt: Format, first: Audio
+                    ) -> AsyncIterator[bytes]:
+    """mp3 or opus bytes as the encoder makes them final (encoded in the I/O pool)."""
+    encoder = StreamEncoder(fmt, first.sample_rate, first.channels)
+    async for chunk in chunks:
+        data = await server.admission.read(encoder.push, chunk)
+        if data:
+            yield data
+    tail = await server.admission.read(encoder.close)
+    if tail:
+        yield tail
+
+
+async def _counting(chunks: AsyncIterator[Audio], frames: list[int]) -> AsyncIterator[Audio]:
+    """``chunks``, adding their frames to ``frames[0]`` (SSE's ``usage`` needs the count)."""
+    async for chunk in chunks:
+        frames[0] += chunk.frames
+        yield chunk
 
 
 def _event(data: bytes) -> bytes:

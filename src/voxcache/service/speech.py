@@ -90,7 +90,10 @@ async def speech(body: SpeechRequest, request: Request,
                                 params=body.params, tenant=tenant, seed_policy=body.seed_policy,
                                 **voice_fields)
         sse = body.stream_format == "sse"
-        return await _serve(request, "speech", core, fmt, body.cache, sse or fmt.name == "pcm",
+        # OpenAI streams its bodies: a miss goes out as it renders where the engine's audio
+        # arrives in pieces from a server (a gateway's upstream), and always for pcm
+        progressive = fmt.name == "pcm" or server.cached.engine.streams_from_server
+        return await _serve(request, "speech", core, fmt, body.cache, sse or progressive,
                             sse, started, text=body.input,
                             memo=None if sse else request_identity(request.scope, tenant))
     except FieldRefusal:
@@ -130,7 +133,7 @@ async def _serve(request: Request, route: str, core: SynthesisRequest, fmt: Form
     server: Server = request.app.state.server
     mode = _cache_mode(request, mode)
     if stream and not sse and fmt.name not in STREAMABLE:
-        stream = False  # encoded formats are delivered whole
+        stream = False  # flac (and aac) are delivered whole: they cannot be cut while encoded
     private = getattr(request.state, "private_voice", None)
     resolved, key = await server.resolve(core)
     if (memo is not None and mode == "use" and private is None and core.reference_audio is None

@@ -1,45 +1,79 @@
-"""Why a server process is stopping, for the log line that says so.
+"""When a server process is told to stop: say why, and stop waiting for the upstream.
 
-uvicorn turns SIGTERM and SIGINT into a graceful shutdown but logs neither; an
-operator reading a log must see *why* a node went away (a deploy's SIGTERM, a
-Ctrl-C, or the server told to exit from inside). ``StopSignals.watch`` chains a
-recorder in front of the handlers the server installed (so it changes nothing
-else, and is dropped with them when uvicorn restores its own at exit).
+uvicorn turns SIGTERM and SIGINT into a graceful shutdown: it lets the requests in flight
+finish (for up to ``--graceful-timeout``), then runs the app's shutdown, which waits for
+the miss threads. It logs neither signal, and a miss waiting on an upstream that trickles
+or hangs kept the process up for as long as the upstream cared to. So one hook is put in
+front of the server's own handlers (which still run): it records the signal, for the log
+lines that say why the node went away, and gives the engine's upstream calls ``grace``
+seconds (then they end: their callers get 503 with ``Retry-After``, nothing is stored);
+the app's shutdown then ends whatever is left at once (``stop_waiting_now``).
 """
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
-WATCHED = (signal.SIGTERM, signal.SIGINT)
+log = logging.getLogger("voxcache.service")
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
 """The signals uvicorn stops gracefully on."""
 
 
 class StopSignals:
-    """The first stopping signal this process received since ``watch``."""
+    """The first stopping signal this process received, and what it set off."""
 
     def __init__(self) -> None:
         self.received: str | None = None
 
-    def watch(self) -> None:
-        """Record the signals the running server handles (main thread only: elsewhere, as
-        in a test's server thread, signals are not this process's way to stop it)."""
+    def watch(self, engine: Any = None, grace: float = 0.0) -> Callable[[], None]:
+        """Put the hook in front of the handlers the running server installed (main thread
+        only: elsewhere, as in a test's server thread, signals are not how it stops); return
+        what takes it away again. ``engine``: whose upstream calls get ``grace`` seconds."""
         if threading.current_thread() is not threading.main_thread():
-            return
-        for sig in WATCHED:
-            previous = signal.getsignal(sig)
-            if callable(previous):  # not SIG_DFL or SIG_IGN: someone stops gracefully on it
-                signal.signal(sig, self._recorder(previous))
+            return lambda: None
+        stop = getattr(engine, "stop_waiting", None)
+        previous = {sig: signal.getsignal(sig) for sig in SIGNALS}
 
-    def _recorder(self, previous: signal.Handlers | object) -> signal.Handlers | object:
-        def record(signum: int, frame: FrameType | None) -> None:
-            self.received = self.received or signal.Signals(signum).name
-            previous(signum, frame)  # type: ignore[operator]
-        return record
+        def hook(signum: int, frame: FrameType | None) -> None:
+            name = signal.Signals(signum).name
+            self.received = self.received or name
+            if stop is not None:
+                log.info("stop requested (%s): upstream calls still running in %g s are cut "
+                         "off", name, grace)
+                stop(grace)
+            before = previous[signal.Signals(signum)]
+            if callable(before):
+                before(signum, frame)
+            elif before == signal.SIG_DFL:  # nobody else handles it: what it would have done
+                signal.signal(signum, signal.SIG_DFL)
+                signal.raise_signal(signum)
+
+        for sig in SIGNALS:
+            if callable(previous[sig]) or stop is not None:
+                signal.signal(sig, hook)
+
+        def restore() -> None:
+            for sig, before in previous.items():
+                if signal.getsignal(sig) is hook:
+                    signal.signal(sig, before)
+
+        return restore
 
     @property
     def reason(self) -> str:
         """``SIGTERM``, ``SIGINT``, or that no signal was involved."""
         return self.received or "no signal received"
+
+
+def stop_waiting_now(engine: Any) -> None:
+    """The app is shutting down: end every upstream call still running, so no miss thread
+    can hold the exit."""
+    stop = getattr(engine, "stop_waiting", None)
+    if stop is not None:
+        stop(0.0)

@@ -27,7 +27,9 @@ from urllib.parse import urlsplit
 from ..engine import Engine
 from ..errors import InvalidParameter, UnsupportedFeature
 from ..request import ResolvedRequest
+from .health import Reachability
 from .http import DEFAULT_READ_TIMEOUT, DEFAULT_RETRIES, UpstreamClient
+from .transport import DEFAULT_MAX_ANSWER_BYTES
 
 if TYPE_CHECKING:
     from ..cache import Cache
@@ -59,18 +61,44 @@ class UpstreamEngine(Engine):
     kind = "upstream"
     switchboard: Switchboard | None = None
     """The switch state shared through the cache folder, once ``attach``-ed."""
+    probe_path = "/"
+    """What a health probe asks (any HTTP answer, 404 included, means reachable)."""
 
     def __init__(self, url: str, *, revision: str | None = None,
                  timeout: float = DEFAULT_READ_TIMEOUT, retries: int = DEFAULT_RETRIES,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None,
+                 max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES) -> None:
+        """``timeout``: seconds one whole answer may take (not one read); ``retries``:
+        attempts more when the connection itself failed; ``headers``: sent with every call;
+        ``max_answer_bytes``: the largest answer read (a larger one is refused)."""
         self.url = check_url(url)
         self.id = self.kind
         self.revision_label = revision
         self.in_force: dict[str, str] = {}
         """What proxied switches put in force (e.g. ``gpt``/``sovits`` weights paths)."""
-        self.client = UpstreamClient(self.url, timeout=timeout, retries=retries,
-                                     headers=headers)
+        self.client = UpstreamClient(
+            self.url, timeout=seconds_option("timeout", timeout),
+            retries=count_option("retries", retries), headers=headers_option(headers),
+            max_answer_bytes=count_option("max_answer_bytes", max_answer_bytes, least=1),
+            health=Reachability("upstream", self.kind, self.url))
         self.model_revision = self.identity()
+
+    def reachability(self, refresh: bool = True) -> list[dict[str, Any]]:
+        """Whether the upstream answers, since when, and the last error (``/readyz``,
+        ``voxcache_upstream_up``); with ``refresh``, probed first when no call said so
+        recently (blocking for up to ``health.PROBE_SECONDS``: the service calls it in
+        its I/O pool)."""
+        return [self._reachability(self.client, refresh)]
+
+    def _reachability(self, client: Any, refresh: bool) -> dict[str, Any]:
+        if refresh and client.health.stale():
+            client.probe(self.probe_path)
+        return {"role": client.health.role, **client.health.describe()}
+
+    def stop_waiting(self, grace: float) -> None:
+        """The service is stopping: cut off calls to the upstream still running ``grace``
+        seconds from now (their callers get 503), so a hung upstream cannot hold it."""
+        self.client.stop(grace)
 
     @property  # type: ignore[override]
     def model_revision(self) -> str:
@@ -137,3 +165,30 @@ class UpstreamEngine(Engine):
 def _with_switches(identity: str, in_force: Mapping[str, str]) -> str:
     """``identity|name=value…`` in name order (nothing appended before any switch)."""
     return "|".join([identity, *(f"{k}={in_force[k]}" for k in sorted(in_force))])
+
+
+def seconds_option(name: str, value: Any) -> float:
+    """A number of seconds above zero (an option from TOML or JSON may be anything)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
+        raise InvalidParameter(f"upstream option {name} must be a positive number of seconds, "
+                               f"got {value!r}")
+    return float(value)
+
+
+def count_option(name: str, value: Any, least: int = 0) -> int:
+    """A whole number of at least ``least``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise InvalidParameter(f"upstream option {name} must be a whole number of at least "
+                               f"{least}, got {value!r}")
+    return value
+
+
+def headers_option(value: Any) -> dict[str, str] | None:
+    """The ``headers`` option checked: names to strings (None: none)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise InvalidParameter(f"upstream option headers must be a table of names to "
+                               f"strings, e.g. {{X-Team = \"tts\"}}, got {value!r}")
+    return dict(value)

@@ -5,7 +5,7 @@
 - ``stored(key)``: ``GET /v1/audio/{key}`` — the center's stored take, verified here
   (``entry.decode`` with the key that was asked for: a body that is not that key's
   entry, byte for byte, is an error and nothing of it is kept). At most
-  ``MAX_ENTRY_BYTES`` are read.
+  ``max_answer_bytes`` are read, within ``timeout`` for the whole answer (``transport``).
 - ``render(body, key)``: ``POST /v1/synthesize`` — the center renders and stores the
   take; its ``X-Cache-Key`` must be the key the edge computed (else the two key the
   request differently and nothing may be stored). The audio is then fetched by key,
@@ -23,14 +23,36 @@ import contextlib
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from ..entry import CorruptEntry, Entry, decode
 from ..errors import Overloaded, UpstreamError
-from ..tiers.entry_files import MAX_ENTRY_BYTES
+from .health import PROBE_SECONDS, Reachability
 from .http import error_message
+from .transport import (
+    DEFAULT_MAX_ANSWER_BYTES,
+    MAX_ERROR_BYTES,
+    ShuttingDown,
+    check_length,
+    deadline_after,
+    http_client,
+    read_limited,
+    within,
+)
 
-MAX_ERROR_BYTES = 64 * 1024
+IDENTITY_BYTES = 2**20
+"""Largest identity answer read (a few KB: the engine's parameters, voices and aliases)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """A response whose body is still to be read, and the deadline of the whole answer."""
+
+    response: Any
+    deadline: float
+    what: str
+    """The call, for messages (``GET /v1/audio/3fa4b2c1d0e9…``)."""
 
 
 class Unreachable(Exception):
@@ -45,20 +67,24 @@ class CenterClient:
     """A thread-safe client for one center (httpx, keep-alive)."""
 
     def __init__(self, url: str, headers: dict[str, str], *, timeout: float,
-                 connect_timeout: float, retries: int) -> None:
-        import httpx
-
+                 connect_timeout: float, retries: int,
+                 max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES) -> None:
         self.url = url
         self.retries = retries
-        self._client = httpx.Client(
-            base_url=url, headers=headers, follow_redirects=False,
-            timeout=httpx.Timeout(timeout, connect=connect_timeout))
+        self.timeout = timeout
+        """Seconds one whole answer may take (connect, headers, body)."""
+        self.max_answer_bytes = max_answer_bytes
+        self.health = Reachability("center", "voxcache", url)
+        """What the last call (or probe) found: reachable or not, since when, last error."""
+        self._client, self.backend = http_client(url, timeout=timeout,
+                                                 connect_timeout=connect_timeout,
+                                                 headers=headers)
 
     def identity(self) -> dict[str, Any]:
         """The center's identity document and the edge's tenant there."""
-        with self._send("GET", "/v1/packs/identity") as response:
-            body = self._body(response, MAX_ERROR_BYTES)
-            self._refuse_failure(response, body, "GET /v1/packs/identity")
+        with self._send("GET", "/v1/packs/identity") as answer:
+            body = self._body(answer, IDENTITY_BYTES)
+            self._refuse_failure(answer.response, body, "GET /v1/packs/identity")
         try:
             doc = json.loads(body)
         except ValueError:
@@ -71,10 +97,13 @@ class CenterClient:
 
     def stored(self, key: str) -> Entry | None:
         """The center's take for ``key``, verified; None when it holds none."""
-        with self._send("GET", f"/v1/audio/{key}") as response:
+        with self._send("GET", f"/v1/audio/{key}", what=f"GET /v1/audio/{key[:12]}…") as answer:
+            response = answer.response
             if response.status_code == 404:
                 return None
-            body = self._body(response, MAX_ENTRY_BYTES)
+            if 200 <= response.status_code < 300:
+                check_length(response, self.max_answer_bytes, f"the center at {self.url}")
+            body = self._body(answer, self.max_answer_bytes)
             self._refuse_failure(response, body, "GET /v1/audio/{key}")
         try:
             entry = decode(body, key)
@@ -88,9 +117,10 @@ class CenterClient:
 
     def render(self, body: dict[str, Any], key: str) -> str:
         """Have the center render (and store) the take; return its ``X-Cache`` status."""
-        with self._send("POST", "/v1/synthesize", json=body) as response:
+        with self._send("POST", "/v1/synthesize", json=body) as answer:
+            response = answer.response
             if response.status_code != 200:
-                self._refuse_failure(response, self._body(response, MAX_ERROR_BYTES),
+                self._refuse_failure(response, self._body(answer, MAX_ERROR_BYTES),
                                      "POST /v1/synthesize")
             # The samples are fetched by key next (verified); this body is not read.
             their_key = response.headers.get("x-cache-key", "")
@@ -100,59 +130,116 @@ class CenterClient:
         return status
 
     @contextlib.contextmanager
-    def _send(self, method: str, path: str, **kwargs: Any) -> Iterator[Any]:
-        """One request. Retried while no connection could be made, and — for a GET, which
-        changes nothing — when the connection dropped before an answer (a keep-alive
-        connection the center closed); a POST that may have reached the center is not sent
-        twice (it would render twice)."""
+    def _send(self, method: str, path: str, what: str = "", **kwargs: Any
+              ) -> Iterator[_Answer]:
+        """One request, its whole answer within ``timeout``. Retried while no connection
+        could be made, and — for a GET, which changes nothing — when the connection dropped
+        before an answer (a keep-alive connection the center closed); a POST that may have
+        reached the center is not sent twice (it would render twice)."""
         import httpx
 
+        what = what or f"{method} {path}"
         request = self._client.build_request(method, path, **kwargs)
         retried: tuple[type[Exception], ...] = (httpx.ConnectError, httpx.ConnectTimeout)
         if method == "GET":
             retried += (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+        deadline = deadline_after(self.timeout)
         for attempt in range(self.retries + 1):
             try:
-                response = self._client.send(request, stream=True)
+                with within(deadline):
+                    response = self._client.send(request, stream=True)
+                self.health.answered()
                 break
             except retried as exc:
-                if attempt >= self.retries:
-                    raise Unreachable(f"{type(exc).__name__}: {exc}") from None
+                self._stopping()
+                if attempt >= self.retries or time.monotonic() >= deadline:
+                    raise self._unreachable(f"{type(exc).__name__}: {exc}") from None
                 time.sleep(0.1 * (attempt + 1))
             except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-                raise Unreachable(f"{type(exc).__name__}: {exc}") from None
-            except httpx.TimeoutException as exc:
-                raise UpstreamError(f"the center at {self.url} did not answer {method} {path} "
-                                    f"in time ({type(exc).__name__})") from None
+                self._stopping()
+                raise self._unreachable(f"{type(exc).__name__}: {exc}") from None
             except httpx.HTTPError as exc:
-                raise UpstreamError(f"the center at {self.url} failed {method} {path}: "
-                                    f"{type(exc).__name__}: {exc}") from None
+                raise self._failure(what, exc) from None
         try:
-            yield response
+            yield _Answer(response, deadline, what)
         finally:
             response.close()
 
-    def _body(self, response: Any, limit: int) -> bytes:
-        """The body, refusing one over ``limit`` bytes (a center answering garbage)."""
+    def _body(self, answer: _Answer, limit: int) -> bytes:
+        """The body within the answer's deadline, refusing one over ``limit`` bytes (a
+        center answering garbage; an error answer is cut to its first ``limit`` bytes)."""
         import httpx
 
-        parts, size = [], 0
+        response = answer.response
+        truncate = not 200 <= response.status_code < 300
         try:
-            for chunk in response.iter_bytes():
-                size += len(chunk)
-                if size > limit:
-                    raise UpstreamError(f"the center at {self.url} sent more than {limit} "
-                                        "bytes; nothing was stored")
-                parts.append(chunk)
+            return read_limited(response, answer.deadline, limit, f"the center at {self.url}",
+                                truncate=truncate)
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            self._stopping()
+            raise self._unreachable(f"cut off mid-answer: {type(exc).__name__}: {exc}"
+                                    ) from None
         except httpx.HTTPError as exc:
-            raise Unreachable(f"cut off mid-answer: {type(exc).__name__}: {exc}") from None
-        return b"".join(parts)
+            raise self._failure(answer.what, exc) from None
+        except UpstreamError as exc:  # too large
+            self.health.failed(str(exc))
+            raise
+
+    def _unreachable(self, why: str) -> Unreachable:
+        self.health.unreachable(f"the center at {self.url} is unreachable: {why}")
+        return Unreachable(why)
+
+    def _failure(self, what: str, exc: Exception) -> Exception:
+        """A center that answered, but not well: too slowly (the whole answer's deadline), or
+        not over HTTP; or the service is stopping."""
+        import httpx
+
+        self._stopping()
+        if isinstance(exc, httpx.TimeoutException):
+            error = UpstreamError(f"the center at {self.url} did not finish answering {what} "
+                                  f"within {self.timeout:g} s ({type(exc).__name__}); nothing "
+                                  "was stored")
+        else:
+            error = UpstreamError(f"the center at {self.url} failed {what}: "
+                                  f"{type(exc).__name__}: {exc}")
+        self.health.failed(str(error))
+        return error
+
+    def probe(self, path: str) -> None:
+        """Ask ``path`` once, briefly, to learn whether the center answers at all."""
+        import httpx
+
+        if self.backend.stopped:
+            return
+        try:
+            with within(deadline_after(PROBE_SECONDS)):
+                self._client.send(self._client.build_request("GET", path), stream=True).close()
+        except httpx.TimeoutException:
+            self.health.unreachable(f"the center at {self.url} did not answer GET {path} "
+                                    f"within {PROBE_SECONDS:g} s")
+        except httpx.HTTPError as exc:
+            self.health.unreachable(f"the center at {self.url} is unreachable "
+                                    f"({type(exc).__name__}: {exc})")
+        else:
+            self.health.answered()
+
+    def _stopping(self) -> None:
+        """Raise ShuttingDown when the call failed because the service stopped waiting."""
+        if self.backend.stopped:
+            raise ShuttingDown(f"this edge is shutting down and stopped waiting for the "
+                               f"center at {self.url}; send the request again", retry_after=1)
+
+    def stop(self, grace: float) -> None:
+        """Cut off every call still running ``grace`` seconds from now (the service stops)."""
+        self.backend.stop(grace)
 
     def _refuse_failure(self, response: Any, body: bytes, what: str) -> None:
         status = response.status_code
         if 200 <= status < 300:
             return
         message = error_message(body)
+        if status >= 500:
+            self.health.failed(f"the center answered {what} with {status}: {message}")
         if status == 503:
             raise CenterBusy(f"the center is unavailable ({message})",
                              retry_after=_retry_after(response.headers.get("retry-after")))

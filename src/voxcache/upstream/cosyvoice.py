@@ -113,6 +113,7 @@ class CosyVoiceEngine(UpstreamEngine):
     supports_reference = True
     supports_instruct = True
     supports_seed = False
+    streams_from_server = True
 
     def __init__(self, url: str, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
                  voices: Sequence[str] = SFT_SPEAKERS, default_voice: str | None = None,

@@ -176,6 +176,7 @@ class GptSovitsEngine(UpstreamEngine):
     default_language = "auto"
     supports_instruct = False
     supports_seed = True
+    streams_from_server = True
 
     def __init__(self, url: str, *, references: ReferenceFolders | None = None,
                  ref_root_upstream: str | Sequence[str] | None = None,

@@ -22,12 +22,25 @@ from typing import Any
 
 from ..errors import MissingDependency, UpstreamError
 from ..redact import redact
+from .health import PROBE_SECONDS, Reachability
+from .transport import (
+    DEFAULT_MAX_ANSWER_BYTES,
+    MAX_ERROR_BYTES,
+    ShuttingDown,
+    check_length,
+    chunks,
+    deadline_after,
+    http_client,
+    limited,
+    read_limited,
+    within,
+)
 
 log = logging.getLogger("voxcache.upstream")
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_READ_TIMEOUT = 300.0
-"""Seconds to wait for an upstream's answer: long texts on a busy GPU take minutes."""
+"""Seconds an upstream's whole answer may take: long texts on a busy GPU take minutes."""
 DEFAULT_RETRIES = 2
 MAX_ERROR_CHARS = 500
 _HTML = re.compile(r"\s*<(?:!doctype|html|head|body|title)\b", re.IGNORECASE)
@@ -47,23 +60,33 @@ def _httpx() -> Any:
 
 
 class UpstreamClient:
-    """A thread-safe HTTP client bound to one upstream base URL."""
+    """A thread-safe HTTP client bound to one upstream base URL.
+
+    ``timeout`` bounds a whole answer — connecting, sending, the headers and the last byte
+    of the body (``transport``) — not each read; ``max_answer_bytes`` bounds its size.
+    """
 
     def __init__(self, base_url: str, *, timeout: float = DEFAULT_READ_TIMEOUT,
                  connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
                  retries: int = DEFAULT_RETRIES, backoff: float = 0.2,
-                 headers: dict[str, str] | None = None) -> None:
-        httpx = _httpx()
+                 headers: dict[str, str] | None = None,
+                 max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+                 health: Reachability | None = None) -> None:
+        _httpx()
         self.base_url = base_url.rstrip("/")
+        self.health = health or Reachability("upstream", "", self.base_url)
+        """What the last call (or probe) found: reachable or not, since when, last error."""
+        self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
-        self._client = httpx.Client(
-            timeout=httpx.Timeout(timeout, connect=connect_timeout),
-            headers=headers or {}, follow_redirects=False)
+        self.max_answer_bytes = max_answer_bytes
+        self._client, self.backend = http_client(self.base_url, timeout=timeout,
+                                                 connect_timeout=connect_timeout,
+                                                 headers=headers)
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         """Send one request and return the whole response; raise UpstreamError unless 2xx."""
-        response = self._send(method, path, stream=False, **kwargs)
+        response = self.exchange(method, path, **kwargs)
         self._check(response, method)
         return response
 
@@ -71,7 +94,17 @@ class UpstreamClient:
         """Send one request and return the whole response whatever its status: a route that
         proxies an upstream's own endpoint passes its answer on, refusals included.
         Unreachable, or cut off before an answer: UpstreamError, as for every request."""
-        return self._send(method, path, stream=False, **kwargs)
+        deadline = deadline_after(self.timeout)
+        response = self._send(method, path, deadline, **kwargs)
+        try:
+            body = self._read(response, deadline, self.max_answer_bytes)
+        finally:
+            response.close()
+        headers = [(k, v) for k, v in response.headers.multi_items()
+                   if k.lower() not in ("content-encoding", "content-length",
+                                        "transfer-encoding")]
+        return _httpx().Response(response.status_code, headers=headers, content=body,
+                                 request=response.request)
 
     @contextlib.contextmanager
     def stream(self, method: str, path: str, **kwargs: Any) -> Iterator[Iterator[bytes]]:
@@ -80,16 +113,18 @@ class UpstreamClient:
         A failure mid-body is an UpstreamError too; the caller never stores a torn take,
         because the render fails as a whole.
         """
-        response = self._send(method, path, stream=True, **kwargs)
+        deadline = deadline_after(self.timeout)
+        response = self._send(method, path, deadline, **kwargs)
         try:
             if not 200 <= response.status_code < 300:
-                self._read(response)  # the error text, for the message
-            self._check(response, method)
-            yield self._body(response)
+                error = self._read(response, deadline, MAX_ERROR_BYTES, truncate=True)
+                self._check(response, method, error)
+            check_length(response, self.max_answer_bytes, f"upstream {response.url}")
+            yield self._body(response, deadline)
         finally:
             response.close()
 
-    def _send(self, method: str, path: str, *, stream: bool, **kwargs: Any) -> Any:
+    def _send(self, method: str, path: str, deadline: float, **kwargs: Any) -> Any:
         """Send, retrying only when the connection itself failed (nothing reached the server)."""
         httpx = _httpx()
         url = self.base_url + path
@@ -97,41 +132,105 @@ class UpstreamClient:
         attempt = 0
         while True:
             try:
-                return self._client.send(request, stream=stream)
+                with within(deadline):
+                    response = self._client.send(request, stream=True)
+                self.health.answered()
+                return response
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                if attempt >= self.retries:
-                    raise UpstreamError(
-                        f"upstream {self.base_url} is unreachable ({type(exc).__name__}: {exc}) "
-                        f"after {attempt + 1} attempt(s); is the TTS server running?"
-                    ) from None
+                if attempt >= self.retries or self.backend.stopped or \
+                        time.monotonic() >= deadline:
+                    raise self._unreachable(exc, attempt) from None
                 attempt += 1
                 log.warning("upstream %s: %s; retry %d of %d", url, exc, attempt, self.retries)
                 time.sleep(self.backoff * 2 ** (attempt - 1))
             except httpx.HTTPError as exc:
-                raise _failure(url, exc) from None
+                raise self._failure(url, exc) from None
 
-    def _check(self, response: Any, method: str) -> None:
+    def _unreachable(self, exc: Exception, attempt: int) -> Exception:
+        if self.backend.stopped:
+            return _stopping(self.base_url)
+        error = UpstreamError(
+            f"upstream {self.base_url} is unreachable ({type(exc).__name__}: {exc}) "
+            f"after {attempt + 1} attempt(s); is the TTS server running?")
+        self.health.unreachable(str(error))
+        return error
+
+    def _check(self, response: Any, method: str, body: bytes | None = None) -> None:
         if not 200 <= response.status_code < 300:
-            raise UpstreamError(
+            content = response.content if body is None else body
+            error = UpstreamError(
                 f"upstream {method} {response.url} answered {response.status_code}: "
-                f"{error_message(response.content)}",
+                f"{error_message(content)}",
                 upstream_status=response.status_code,
-                upstream_reply=error_fields(response.content),
+                upstream_reply=error_fields(content),
             )
+            if response.status_code >= 500:
+                self.health.failed(str(error))
+            raise error
 
-    def _read(self, response: Any) -> None:
+    def _read(self, response: Any, deadline: float, limit: int, truncate: bool = False
+              ) -> bytes:
+        httpx = _httpx()
+        what = f"upstream {response.url}"
+        try:
+            if not truncate:
+                check_length(response, limit, what)
+            return read_limited(response, deadline, limit, what, truncate=truncate)
+        except httpx.HTTPError as exc:
+            raise self._failure(str(response.url), exc) from None
+        except UpstreamError as exc:  # too large
+            self.health.failed(str(exc))
+            raise
+
+    def _body(self, response: Any, deadline: float) -> Iterator[bytes]:
         httpx = _httpx()
         try:
-            response.read()
+            yield from limited(chunks(response, deadline), self.max_answer_bytes,
+                               f"upstream {response.url}")
         except httpx.HTTPError as exc:
-            raise _failure(str(response.url), exc) from None
+            raise self._failure(str(response.url), exc) from None
+        except UpstreamError as exc:  # too large
+            self.health.failed(str(exc))
+            raise
 
-    def _body(self, response: Any) -> Iterator[bytes]:
+    def _failure(self, url: str, exc: Exception) -> Exception:
+        """An upstream that was reached but failed mid-way (timeouts included): never
+        retried. Past the answer's deadline, or cut off because the service stops, it
+        says so."""
+        if self.backend.stopped:
+            return _stopping(self.base_url)
+        if isinstance(exc, _httpx().TimeoutException):
+            error = UpstreamError(
+                f"upstream {url} did not finish its answer within {self.timeout:g} s "
+                f"({type(exc).__name__}); nothing was stored. Raise upstream_timeout for "
+                "long texts")
+        else:
+            error = UpstreamError(f"upstream {url} failed: {type(exc).__name__}: {exc}")
+        self.health.failed(str(error))
+        return error
+
+    def probe(self, path: str) -> None:
+        """Ask ``path`` once, briefly, to learn whether the upstream answers at all (any
+        status will do); the answer goes to ``health``, never to a caller."""
         httpx = _httpx()
+        if self.backend.stopped:
+            return
         try:
-            yield from response.iter_bytes()
+            with within(deadline_after(PROBE_SECONDS)):
+                self._client.send(self._client.build_request("GET", self.base_url + path),
+                                  stream=True).close()
+        except httpx.TimeoutException:
+            self.health.unreachable(f"upstream {self.base_url} did not answer GET {path} "
+                                    f"within {PROBE_SECONDS:g} s")
         except httpx.HTTPError as exc:
-            raise _failure(str(response.url), exc) from None
+            self.health.unreachable(f"upstream {self.base_url} is unreachable "
+                                    f"({type(exc).__name__}: {exc})")
+        else:
+            self.health.answered()
+
+    def stop(self, grace: float) -> None:
+        """Cut off every call still running ``grace`` seconds from now (the service stops)."""
+        self.backend.stop(grace)
 
     def get_json(self, path: str, **kwargs: Any) -> Any:
         """GET a JSON document (discovery endpoints); malformed JSON is an UpstreamError."""
@@ -145,12 +244,9 @@ class UpstreamClient:
             ) from None
 
 
-def _failure(url: str, exc: Exception) -> UpstreamError:
-    """An upstream that was reached but failed mid-way (timeouts included): never retried."""
-    if isinstance(exc, _httpx().TimeoutException):
-        return UpstreamError(f"upstream {url} did not answer in time ({type(exc).__name__}); "
-                             "raise the gateway's timeout for long texts")
-    return UpstreamError(f"upstream {url} failed: {type(exc).__name__}: {exc}")
+def _stopping(url: str) -> ShuttingDown:
+    return ShuttingDown(f"this server is shutting down and stopped waiting for the upstream "
+                        f"{url}; send the request again", retry_after=1)
 
 
 def error_message(body: bytes) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 from ..audio import Audio
 from ..errors import InvalidParameter, UpstreamError
 from ..request import ResolvedRequest
-from .base import UpstreamEngine
+from .base import UpstreamEngine, headers_option
 from .decode import wav_stream
 
 CALLER_FAULTS = (400, 404, 413, 422)
@@ -44,12 +44,15 @@ class OpenAISpeechEngine(UpstreamEngine):
     default_language = "auto"
     supports_reference = False
     supports_seed = False
+    streams_from_server = True
 
     def __init__(self, url: str, *, model: str = "tts-1", api_key: str | None = None,
                  voices: Sequence[str] | None = None, default_voice: str | None = None,
                  instructions: bool = False, **options: Any) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-        super().__init__(url, headers=headers, **options)
+        headers = dict(headers_option(options.pop("headers", None)) or {})
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        super().__init__(url, headers=headers or None, **options)
         self.path = "/audio/speech" if self.url.endswith("/v1") else "/v1/audio/speech"
         self.model = model
         names = list(voices) if voices else self._discover_voices() or list(OPENAI_VOICES)

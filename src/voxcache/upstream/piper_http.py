@@ -21,6 +21,7 @@ from typing import Any
 import blake3
 
 from ..audio import Audio
+from ..errors import UpstreamError
 from ..params import ParamSpec
 from ..request import ResolvedRequest
 from .base import UpstreamEngine
@@ -31,6 +32,7 @@ class PiperHttpEngine(UpstreamEngine):
     """Renders misses on a running Piper HTTP server."""
 
     kind = "piper-http"
+    probe_path = "/info"
     supports_reference = False
     supports_instruct = False
     supports_seed = False
@@ -39,9 +41,15 @@ class PiperHttpEngine(UpstreamEngine):
         super().__init__(url, **options)
         info = self.client.get_json("/info")
         configs = self.client.get_json("/voices")
+        self.documents = {"info": {**info, "last": None}, "voices": configs}
+        """``/info`` and ``/voices`` as read at start: answered by the gateway's own Piper
+        routes while the server is unreachable."""
         voice = info["voice"]
         name = voice["name"]
         config = configs.get(name, {})
+        self.speaker_ids = {str(k): int(v) for k, v in
+                            (config.get("speaker_id_map") or {}).items()}
+        """Speaker names of a multi-speaker voice (Piper's ``speaker`` field)."""
         self.voices = {v: v for v in configs} | {name: name}
         self.default_voice = name
         espeak = str(voice.get("language") or "en-us").lower().replace("_", "-")
@@ -52,6 +60,20 @@ class PiperHttpEngine(UpstreamEngine):
         config_hash = blake3.blake3(
             json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
         self.model_revision = self.identity(f"voice={name}", f"config={config_hash}")
+
+    def piper_document(self, name: str) -> dict[str, Any]:
+        """The server's ``/info`` or ``/voices`` now (its exact document, "last" included),
+        or, while it cannot be reached, the one read at start."""
+        try:
+            document = self.client.get_json(f"/{name}")
+        except UpstreamError as exc:
+            if exc.upstream_status is not None:
+                raise
+            return self.documents[name]
+        if not isinstance(document, dict):
+            raise UpstreamError(f"upstream {self.url}/{name} answered {type(document).__name__}"
+                                ", not a JSON object")
+        return document
 
     def render(self, request: ResolvedRequest) -> Iterator[Audio]:
         """Ask the server for the take; it answers one WAV once every sentence is done."""

@@ -42,7 +42,7 @@ from ..engines import load_engine
 from ..errors import InvalidParameter, Overloaded, UpstreamError
 from ..key import digest, key_payload
 from ..request import ResolvedRequest
-from .base import UpstreamEngine
+from .base import UpstreamEngine, headers_option, seconds_option
 from .center import CenterClient, KeyMismatch, Unreachable
 from .http import DEFAULT_READ_TIMEOUT
 
@@ -105,6 +105,7 @@ class VoxcacheEdgeEngine(UpstreamEngine):
     """An engine that is a central voxcache, mirrored (see the module docstring)."""
 
     kind = "voxcache"
+    probe_path = "/healthz"
     cache: Cache | None = None
 
     def __init__(self, url: str, *, api_key: str | None = None, fallback: str | None = None,
@@ -114,11 +115,14 @@ class VoxcacheEdgeEngine(UpstreamEngine):
             raise InvalidParameter("--upstream-revision does not apply to an edge: it keys "
                                    "with its center's model revision")
         super().__init__(url, retries=retries, timeout=timeout, **options)
-        headers = {"User-Agent": f"voxcache-edge/{_version()}"}
+        headers = {**(headers_option(options.get("headers")) or {}),
+                   "User-Agent": f"voxcache-edge/{_version()}"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        self.center = CenterClient(self.url, headers, timeout=timeout,
-                                   connect_timeout=connect_timeout, retries=retries)
+        self.center = CenterClient(
+            self.url, headers, timeout=self.client.timeout, retries=self.client.retries,
+            connect_timeout=seconds_option("connect_timeout", connect_timeout),
+            max_answer_bytes=self.client.max_answer_bytes)
         self.state = Offline()
         self.fallback_engine = _fallback(fallback)
         self.center_tenant: str | None = None
@@ -303,6 +307,18 @@ class VoxcacheEdgeEngine(UpstreamEngine):
             body["reference_audio"] = base64.b64encode(request.reference_audio).decode()
             body["prompt_text"] = request.prompt_text
         return body
+
+    def reachability(self, refresh: bool = True) -> list[dict[str, Any]]:
+        """The center's state (``role: center``), and whether misses fail fast meanwhile."""
+        state = self._reachability(self.center, refresh)
+        state["offline"] = self.state.offline
+        return [state]
+
+    def stop_waiting(self, grace: float) -> None:
+        """The service is stopping: cut off calls to the center still running ``grace``
+        seconds from now."""
+        super().stop_waiting(grace)
+        self.center.stop(grace)
 
     def _count(self, name: str) -> None:
         if self.cache is not None:
