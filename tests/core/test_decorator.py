@@ -12,7 +12,7 @@ from voxcache.errors import InvalidParameter
 def test_wrapped_function_renders_once_per_distinct_call(cache):
     calls = []
 
-    @cached_synthesis(cache, engine_id="my-tts", model_revision="v1")
+    @cached_synthesis(cache, engine_id="my-tts", model_revision="v1", language="en")
     def speak(text: str, temperature: float = 0.7, voice: str = "anna") -> tuple:
         calls.append((text, temperature, voice))
         return np.full(1600, len(text) / 100, dtype=np.float32), 16000
@@ -27,7 +27,7 @@ def test_wrapped_function_renders_once_per_distinct_call(cache):
 
 
 def test_wrapped_function_rejects_unknown_arguments(cache):
-    @cached_synthesis(cache, engine_id="my-tts", model_revision="v1")
+    @cached_synthesis(cache, engine_id="my-tts", model_revision="v1", language="en")
     def speak(text: str, temperature: float = 0.7):
         return np.zeros(10, dtype=np.int16), 16000
 
@@ -37,7 +37,7 @@ def test_wrapped_function_rejects_unknown_arguments(cache):
 
 def test_model_revision_separates_takes(cache):
     def make(revision):
-        @cached_synthesis(cache, engine_id="my-tts", model_revision=revision)
+        @cached_synthesis(cache, engine_id="my-tts", model_revision=revision, language="en")
         def speak(text: str):
             return np.zeros(10, dtype=np.int16), 16000
 
@@ -50,6 +50,6 @@ def test_model_revision_separates_takes(cache):
 
 def test_parameters_without_usable_defaults_are_refused_at_decoration(cache):
     with pytest.raises(TypeError, match="needs a bool/int/float/str default"):
-        @cached_synthesis(cache, engine_id="x", model_revision="v1")
+        @cached_synthesis(cache, engine_id="x", model_revision="v1", language="en")
         def speak(text: str, reference):
             return np.zeros(10, dtype=np.int16), 16000

@@ -33,7 +33,7 @@ class ToneEngine(Engine):
         "delay": ParamSpec("delay", "float", 0.0, shapes_waveform=False, minimum=0.0,
                            maximum=60.0, doc="seconds of simulated model time per sentence"),
     }
-    languages = ("en-us", "zh")
+    languages = ("en-us", "zh", "ja")
     default_language = "en-us"
     voices = {"alto": "alto", "bass": "bass"}
     default_voice = "alto"

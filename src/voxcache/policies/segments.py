@@ -58,12 +58,13 @@ def check_engine(engine: Engine) -> None:
 
 
 def enabled(setting: str | bool, engine: Engine) -> bool:
-    """Resolve the ``segments`` setting: ``auto`` turns it on only where it is safe."""
+    """Resolve the ``segments`` setting: ``auto`` turns it on only where it is safe, probing
+    the engine's split in its own default language (``segment_probe``, which logs why)."""
     value = str(setting).strip().lower()
     if value in ("auto", ""):
-        probe = engine.split_sentences("One. Two.")
-        return probe is not None and (engine.segments_context_free or (
-            type(engine).segment_context is not Engine.segment_context))
+        from .segment_probe import auto
+
+        return auto(engine)
     if value in ("on", "true", "1", "yes"):
         return True
     if value in ("off", "false", "0", "no"):
