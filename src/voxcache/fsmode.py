@@ -60,11 +60,15 @@ def private_sqlite(path: Path | str) -> None:
 
     SQLite gives a new ``-wal``/``-shm``/``-journal`` file the permissions of the
     database file itself, so creating the database 0600 first keeps all of them
-    private. Files left wider by older versions are tightened.
+    private. Files left wider by older versions are tightened. An existing database is
+    never opened here: closing a descriptor drops every POSIX lock this process holds on
+    the file, those of its SQLite connections included.
     """
     base = os.fspath(path)
-    fd = os.open(base, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
-    os.close(fd)
+    if not os.path.lexists(base):
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(base, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                             FILE_MODE))
     for suffix in SQLITE_SUFFIXES:
         with contextlib.suppress(FileNotFoundError, PermissionError):
             if os.stat(base + suffix).st_mode & 0o077:

@@ -17,9 +17,13 @@ from .references import ReferenceFolders
 log = logging.getLogger("voxcache")
 
 
-def open_cache(settings: Settings) -> Cache:
-    """Open the cache folder described by ``settings``."""
-    return Cache(settings.cache_dir, settings.cache_config())
+def open_cache(settings: Settings, settled: bool = False) -> Cache:
+    """Open the cache folder described by ``settings``; ``settled``: wait until its index
+    holds every stored entry (``DiskTier.settle``), for commands that report from it."""
+    cache = Cache(settings.cache_dir, settings.cache_config())
+    if settled:
+        cache.disk.settle()
+    return cache
 
 
 def open_cached_engine(settings: Settings, cache: Cache | None = None) -> CachedEngine:

@@ -269,6 +269,7 @@ def test_a_lost_index_is_rebuilt_from_the_records(cache_dir):
     for suffix in ("", "-wal", "-shm"):
         (cache_dir / f"index.sqlite3{suffix}").unlink(missing_ok=True)
     cache = Cache(cache_dir)
+    cache.disk.settle()  # the rebuild runs in the background
     rows = {row.key: row for row in cache.disk.rows()}
     assert set(rows) == {e.header.key for e in entries}
     assert all(row.tenant == "t1" and row.kind == "encoded" for row in rows.values())

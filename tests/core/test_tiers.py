@@ -104,6 +104,7 @@ def test_lost_index_is_rebuilt_from_the_files(cache_dir):
     cache.close()
     os.unlink(cache_dir / "index.sqlite3")
     rebuilt = Cache(cache_dir)
+    rebuilt.disk.settle()  # the rebuild runs in the background
     rows = {r.key: r for r in rebuilt.disk.index.rows()}
     assert set(rows) == {e.header.key for e in entries}
     assert rows[entries[0].header.key].pinned  # pins survive a rebuild
@@ -119,6 +120,7 @@ def test_corrupt_index_file_is_rebuilt(cache_dir):
         (cache_dir / f"index.sqlite3{suffix}").unlink(missing_ok=True)
     (cache_dir / "index.sqlite3").write_bytes(b"this is not a database" * 100)
     rebuilt = Cache(cache_dir)
+    rebuilt.disk.settle()  # the rebuild runs in the background
     assert rebuilt.disk.index.totals()[1] == 1
     rebuilt.close()
 

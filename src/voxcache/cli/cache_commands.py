@@ -109,7 +109,7 @@ def stats(args: argparse.Namespace) -> int:
     """Print tier sizes, persisted counters, the stage caches and the model revisions."""
     if args.top_misses or args.top_hits:
         return top_usage(args)
-    cache = open_cache(settings_from(args))
+    cache = open_cache(settings_from(args), settled=True)
     try:
         data = cache.stats()
         data["revisions"] = model_revisions(cache)

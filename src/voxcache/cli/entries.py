@@ -59,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def ls(args: argparse.Namespace) -> int:
     """List entries from the index, each key as its shortest unique prefix."""
-    cache = open_cache(settings_from(args))
+    cache = open_cache(settings_from(args), settled=True)
     try:
         index = cache.disk.index
         rows = index.rows(limit=args.limit)
@@ -83,7 +83,7 @@ def ls(args: argparse.Namespace) -> int:
 
 def pin(args: argparse.Namespace) -> int:
     """Pin or unpin one entry."""
-    cache = open_cache(settings_from(args))
+    cache = open_cache(settings_from(args), settled=True)
     try:
         row = resolve_key(cache.disk.index, args.key)
         until = time.time() + args.ttl if args.pinned and getattr(args, "ttl", None) else None
@@ -103,7 +103,7 @@ def pin(args: argparse.Namespace) -> int:
 
 def gc(args: argparse.Namespace) -> int:
     """Run maintenance now."""
-    cache = open_cache(settings_from(args))
+    cache = open_cache(settings_from(args), settled=True)
     try:
         cache.disk.flush()
         index = cache.disk.index
@@ -150,7 +150,7 @@ def _counts(counts: dict[str, int], labels: dict[str, str]) -> str:
 def explain_entry(args: argparse.Namespace) -> int:
     """What a stored entry's index row, envelope and usage record say (``explain --key``)."""
     settings = settings_from(args)
-    cache = open_cache(settings)
+    cache = open_cache(settings, settled=True)
     try:
         row = resolve_key(cache.disk.index, args.key)
         shown = short_key(cache.disk.index, row.key)

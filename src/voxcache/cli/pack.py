@@ -131,7 +131,7 @@ def export(args: argparse.Namespace) -> int:
         data = _read(args.delta)
         exclude = keys_of(data)
         base = {"digest": digest(data), "entries": len(exclude)}
-    cache = open_cache(settings)
+    cache = open_cache(settings, settled=True)
     target = Path(args.output)
     temp = target.with_name(f".{target.name}.partial-{os.getpid()}")
     try:
@@ -180,7 +180,7 @@ def manifest(args: argparse.Namespace) -> int:
     from ..packs.manifest import node_manifest
     from ..runtime import open_cache
 
-    cache = open_cache(settings_from(args))
+    cache = open_cache(settings_from(args), settled=True)
     try:
         rows = select_rows(cache, _selection(args))
     finally:

@@ -65,7 +65,7 @@ def purge(args: argparse.Namespace) -> int:
         if args.voice and args.voice.startswith("vc_") else None
     voice = uploaded_voice_report(args.voice, uploaded) if uploaded is not None else \
         resolve_voice(args.voice, settings) if args.voice else None
-    cache = open_cache(settings)
+    cache = open_cache(settings, settled=True)
     try:
         index = cache.disk.index
         keys = [resolve_key(index, given).key for given in args.key]

@@ -146,12 +146,13 @@ async def metrics(request: Request) -> Response:
 
 @router.get("/v1/stats", tags=["ops"], dependencies=[Depends(admin_only)])
 async def stats(request: Request) -> dict[str, Any]:
-    """Cache totals and counters, and this process's render queue (no keys, no texts);
-    an ``[admin]`` key once any API key is configured."""
+    """Cache totals and counters, and this process's render queue (no keys, no texts) and
+    pid (which of ``--workers`` answered); an ``[admin]`` key once any API key is
+    configured."""
     server: Server = request.app.state.server
     data = await server.admission.read(server.cache.stats)
     data.pop("root", None)
-    return {**data, "renders": {"running": server.admission.running,
+    return {**data, "pid": os.getpid(), "renders": {"running": server.admission.running,
                                 "queued": server.admission.queued,
                                 "slots": server.admission.concurrency,
                                 "queue_limit": server.admission.queue}}

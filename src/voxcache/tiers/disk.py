@@ -26,7 +26,6 @@ import errno
 import logging
 import os
 import secrets
-import shutil
 import sqlite3
 import threading
 import time
@@ -44,6 +43,7 @@ from .entry_files import NotAnEntryFile, read_entry_file
 from .eviction import take_seconds
 from .faults import FaultLog
 from .index import REQUEST_WAIT, Index, IndexRow, is_damaged
+from .index_file import Identity
 from .inline import (
     FILE_KINDS,
     InlineDamaged,
@@ -63,7 +63,8 @@ from .layout import (
     suffix_of,
     write_pin,
 )
-from .lifecycle import entry_stored, rebuild_index, reconcile
+from .lifecycle import entry_stored, reconcile
+from .repair import open_index, rebuild_damaged
 
 log = logging.getLogger("voxcache.disk")
 T = TypeVar("T")
@@ -100,7 +101,7 @@ class DiskTier:
             if self._inline is not None and self._inline.set_aside is not None:
                 sessions.mark_unchecked(self.root)  # its entries' rows must go: walk
                 self.start_state = sessions.start_state(self.root)
-            self.index = _open_index(self.root, rebuild_missing=not self.start_state.new)
+            self.index = open_index(self.root, new_folder=self.start_state.new)
         except BaseException:
             if self._inline is not None:
                 release_inline(self._inline)
@@ -122,9 +123,19 @@ class DiskTier:
             self.startup_check.start()
 
     def _check_at_start(self) -> None:
-        """Walk the folder — sweep crash-left temp and lock files, reconcile the index with
-        the files — only when a process that used it did not close cleanly (``sessions``);
-        off the request path, since a million-entry folder takes seconds to walk."""
+        """Rebuild the index if it is marked (new, or set up in place of a damaged one) or
+        its pages are damaged (``repair``); then walk the folder — sweep crash-left temp
+        and lock files, reconcile the index with the files — only when a process that used
+        it did not close cleanly (``sessions``). Off the request path: a million-entry
+        folder takes seconds to check and to walk."""
+        try:
+            needed = self.index.rebuilding() or not self.index.check_pages()
+        except sqlite3.Error as exc:
+            self._index_fault("start-up check", exc)
+            needed = False
+        if needed:
+            with self._repairing:
+                self._rebuild()
         if self.start_state.walk_reason is not None:
             self._walk()
 
@@ -568,23 +579,50 @@ class DiskTier:
         if is_damaged(exc):
             self.start_repair()
 
-    def start_repair(self) -> bool:
-        """Rebuild a damaged index in the background (once at a time); True if started."""
-        if not self._repairing.acquire(blocking=False):
+    def start_repair(self, known: tuple[Identity | None, str] | None = None) -> bool:
+        """Rebuild a damaged index in the background (once at a time); True if started.
+        ``known``: the identity of the file found unsound, and why (``repair.rebuild_damaged``).
+        Not once closing: the next process to open the folder finds what is left to do."""
+        if self._stop.is_set() or not self._repairing.acquire(blocking=False):
             return False
-        threading.Thread(target=self._repair, name="voxcache-index-repair", daemon=True).start()
+        threading.Thread(target=self._repair, args=(known,), name="voxcache-index-repair",
+                         daemon=True).start()
         return True
 
-    def _repair(self) -> None:
-        from .repair import rebuild_damaged
-
+    def _repair(self, known: tuple[Identity | None, str] | None) -> None:
         try:
-            rebuild_damaged(self.root, self.index)
+            self._rebuild(known=known)
+        finally:
+            self._repairing.release()
+
+    def _rebuild(self, check_pages: bool = True,
+                 known: tuple[Identity | None, str] | None = None) -> None:
+        try:
+            rebuild_damaged(self.root, self.index, check_pages, known)
         except Exception as exc:
             self.faults.report("index repair", exc, "the index could not be rebuilt; "
                                "`voxcache gc --rebuild-index` does it offline")
-        finally:
-            self._repairing.release()
+
+    def _watch_index(self) -> None:
+        """Once a flush (``Index.watch``): start a rebuild when the path holds no sound
+        index (removed, replaced, overwritten, its ``-wal``/``-shm`` removed) or the index
+        is marked and no rebuild runs here (it waits for another process's, and takes over
+        from one that died). An idle process notices within one flush interval; any
+        statement notices a removed or replaced file at once (``Index._connect``)."""
+        identity, problem, marked = self.index.watch()
+        if problem is not None:
+            self.start_repair((identity, problem))
+        elif marked:
+            self.start_repair()
+
+    def settle(self) -> None:
+        """Wait until the index holds a row for every stored entry — the start-up check and
+        any rebuild, this process's or another's — for the tools that report from it
+        (``stats``, ``ls``, ``gc``, packs). Requests never wait for this."""
+        if self.startup_check is not None:
+            self.startup_check.join()
+        with self._repairing:
+            self._rebuild(check_pages=False)
 
     # -- bookkeeping ---------------------------------------------------------
     def count(self, name: str, delta: int = 1) -> None:
@@ -594,8 +632,7 @@ class DiskTier:
 
     def flush(self) -> None:
         """Write batched accesses, counters and deferred rows to the index."""
-        if self.index.replaced_on_disk():  # another process swapped in a rebuilt index
-            self.index.reopen()
+        self._indexed("check", self._watch_index, None)
         if self._inline is not None:
             try:
                 self._inline.maintain()
@@ -632,6 +669,7 @@ class DiskTier:
         (the next start skips the walk) only if the index took every row it is owed."""
         self._stop.set()
         self._flusher.join(timeout=5)
+        self.index.interrupt_check()  # a page check at start need not finish: the next does
         if self.startup_check is not None:
             self.startup_check.join(timeout=30)
         self.flush()
@@ -668,31 +706,6 @@ def _prepare_root(root: Path) -> None:
         ) from None
 
 
-def _open_index(root: Path, rebuild_missing: bool = True) -> Index:
-    """Open the index, rebuilding it from the files when it is unreadable, or missing from
-    a folder that holds something (``rebuild_missing``)."""
-    path = root / "index.sqlite3"
-    existed = path.exists()
-    try:
-        index = Index(path)
-        index.query("SELECT count(*) FROM entries")
-    except OSError as exc:
-        return _index_in_memory(root, path, exc)
-    except sqlite3.OperationalError as exc:
-        if is_damaged(exc):
-            return _rebuilt(root, path, exc)
-        # Locked, full or unwritable: the file may be fine, so never delete it here.
-        if shutil.disk_usage(root).free > 1 << 20:
-            raise CacheDirError(f"cache index {path} cannot be opened: {exc}. Fix the "
-                                "folder's permissions or choose another --cache-dir.") from None
-        return _index_in_memory(root, path, exc)
-    except sqlite3.DatabaseError as exc:
-        return _rebuilt(root, path, exc)
-    if not existed and rebuild_missing:
-        rebuild_index(root, index)
-    return index
-
-
 _hit_record_name = lru_cache(maxsize=4096)(record_name)
 """``record_name`` for the hit path: the name of a key read again is built once (~0.07 µs
 from the cache against ~0.18 µs for ``bytes.fromhex`` and the suffix)."""
@@ -701,24 +714,6 @@ from the cache against ~0.18 µs for ``bytes.fromhex`` and the suffix)."""
 def _in_memory(index: Index) -> bool:
     """True for the stand-in index of a full disk: its rows die with the process."""
     return str(index.path).startswith("file:")
-
-
-def _index_in_memory(root: Path, path: Path, exc: BaseException) -> Index:
-    log.warning("disk tier: %s is full, so the index cannot be opened (%s); hits are "
-                "served, new takes are not cached until space is freed", root, exc)
-    return Index.in_memory()
-
-
-def _rebuilt(root: Path, path: Path, exc: BaseException) -> Index:
-    log.warning("disk tier: index %s unreadable (%s); rebuilding from the files", path, exc)
-    stamp = f"{int(time.time())}-{os.getpid()}"
-    for suffix in ("", "-wal", "-shm"):
-        with contextlib.suppress(FileNotFoundError):
-            os.replace(f"{path}{suffix}", root / "quarantine" / f"{path.name}.{stamp}{suffix}")
-    index = Index(path)
-    index.carry_over(root / "quarantine" / f"{path.name}.{stamp}")  # what the files cannot say
-    rebuild_index(root, index)
-    return index
 
 
 MOUNTS = "/proc/mounts"

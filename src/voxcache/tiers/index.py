@@ -2,8 +2,11 @@
 
 The index is only an accelerator. Reads never consult it (a hit goes straight
 from key to file), so it can lag behind, be deleted, or be rebuilt from the
-files at any time. WAL mode lets one writer and many readers work across
-processes; totals are kept by triggers so every process sees the same figures.
+files at any time — but never be silently short: every statement first checks that
+the path still names the file its connection opened, and an index that does not yet
+hold every stored entry is marked until a rebuild has walked the folder (``repair``).
+WAL mode lets one writer and many readers work across processes; totals are kept by
+triggers so every process sees the same figures.
 Asks are written in batches (``record_access``), never on each read.
 
 The eviction policy (``tiers.eviction``) keeps its state here too, so every process
@@ -27,6 +30,7 @@ from typing import Any
 
 from ..fsmode import locked, private_sqlite
 from .eviction import GHOSTS_PER_ENTRY, advance, score
+from .index_file import Identity, connecting, identity_of, opened, problem_of
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -98,6 +102,26 @@ DURABLE_TABLES = ("purged", "pack_sequences")
 over (``carry_over``): purged keys (``tiers.purged``) and the pack sequences seen per
 publisher (``packs.sequence``). Added to an old index by the schema itself."""
 
+SALVAGED = ("counters", *DURABLE_TABLES)
+"""What a rebuild from the files cannot know, so it is carried over (``carry_over``)."""
+Salvage = dict[str, list[tuple[Any, ...]]]
+"""Rows of the ``SALVAGED`` tables that still read, by table."""
+
+
+def salvage(db: sqlite3.Connection) -> Salvage:
+    """The rows of the ``SALVAGED`` tables that still read through ``db``."""
+    found: Salvage = {}
+    for table in SALVAGED:
+        with contextlib.suppress(sqlite3.Error):
+            found[table] = db.execute(f"SELECT * FROM {table}").fetchall()
+    return found
+
+
+REBUILDING = "INSERT OR REPLACE INTO policy VALUES ('rebuilding', 1);"
+"""Marks an index that does not yet hold a row for every stored entry: born empty in a
+folder that holds something, or set up in place of a damaged one. ``repair`` walks the
+folder and clears the mark; whoever finds it with no rebuild running starts one."""
+
 BUSY_WAIT = 5.0
 """Seconds a maintenance statement waits for another process's write lock."""
 REQUEST_WAIT = 0.2
@@ -152,19 +176,25 @@ def is_damaged(exc: BaseException) -> bool:
 class Index:
     """The SQLite index; one connection per thread, WAL mode."""
 
-    def __init__(self, path: Path | str, *, uri: bool = False) -> None:
+    def __init__(self, path: Path | str, *, uri: bool = False, mark_new: bool = False) -> None:
+        """Open (creating it if need be) the index at ``path``; with ``mark_new``, an index
+        created here is marked for a rebuild (``REBUILDING``): it is new in a folder that
+        may already hold entries."""
         self.path = path
         self._uri = uri
         self._local = threading.local()
         self._keepalive: sqlite3.Connection | None = None
         self._generation = 0
-        self._inode: int | None = None
+        self._identity: Identity | None = None
+        self._companions: tuple[Identity, dict[str, Identity | None]] | None = None
+        self._kept: tuple[Identity, Salvage] | None = None
+        self._checking: sqlite3.Connection | None = None
         self._open_lock = None if uri else Path(path).parent / "locks" / "index.lock"
         if not uri:
             private_sqlite(path)
-        self._first_open()
+        self._first_open(mark_new)
 
-    def _first_open(self, attempts: int = 100) -> None:
+    def _first_open(self, mark_new: bool, attempts: int = 100) -> None:
         """Create (or migrate) the schema, retrying while another process does the same.
 
         Switching a fresh file to WAL takes an exclusive lock and SQLite does not wait
@@ -183,7 +213,9 @@ class Index:
                 # One transaction: a process never sees a new column before its data is
                 # migrated, and a migration that fails leaves nothing half done. Columns
                 # before the schema: its indexes may name them.
-                db.executescript(f"BEGIN IMMEDIATE;{self._migrations(db)}{SCHEMA}COMMIT;")
+                migrations = self._migrations(db)
+                mark = REBUILDING if mark_new and migrations is None else ""
+                db.executescript(f"BEGIN IMMEDIATE;{migrations or ''}{SCHEMA}{mark}COMMIT;")
                 return
             except sqlite3.OperationalError as exc:
                 if db is not None and db.in_transaction:
@@ -204,40 +236,81 @@ class Index:
             set(DURABLE_TABLES) <= tables)
 
     @staticmethod
-    def _migrations(db: sqlite3.Connection) -> str:
-        """The statements that bring an existing ``entries`` table up to date (none for a
+    def _migrations(db: sqlite3.Connection) -> str | None:
+        """The statements that bring an existing ``entries`` table up to date (None for a
         new index: the schema creates it whole)."""
         columns = {row[1] for row in db.execute("PRAGMA table_info(entries)")}
         if not columns:
-            return ""
+            return None
         return "".join(script for name, script in MIGRATIONS if name not in columns)
 
     def _connect(self) -> sqlite3.Connection:
+        """This thread's connection, after checking (one ``lstat``) that the path still
+        names the file it opened: a file removed or replaced under a running process is
+        noticed at its next statement (``_follow``)."""
         db = getattr(self._local, "db", None)
         if db is not None and self._local.generation == self._generation:
-            return db
+            if self._identity is None or identity_of(self.path) == self._identity:
+                return db
+            self._follow(db)
         if db is not None:
             db.close()
-        with self._opening():
-            db = sqlite3.connect(self.path, timeout=BUSY_WAIT, isolation_level=None,
-                                 check_same_thread=False, uri=self._uri)
+            self._local.db = None
+        with self._opening(), connecting():
+            if not self._uri:
+                self._refuse_unsound()
+            target = self.path if self._uri else _read_write_uri(self.path)
+            db = sqlite3.connect(target, timeout=BUSY_WAIT, isolation_level=None,
+                                 check_same_thread=False, uri=True)
+            if not self._uri:
+                identity = identity_of(self.path)
+                opened(identity)
+                if self._identity is None:
+                    self._identity = identity
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            if self._inode is None and not self._uri:
-                self._inode = os.stat(self.path).st_ino
         db.create_function("vx_score", 6, score, deterministic=True)
         self._local.db = db
         self._local.generation = self._generation
         self._local.wait = BUSY_WAIT
         return db
 
+    def _refuse_unsound(self) -> None:
+        """Raise (as damage: ``is_damaged``) when the path holds no sound index file, so
+        that SQLite never opens a folder, a symlink's target, or a new file beside an old
+        write-ahead log; the caller fails open and a rebuild starts (``repair``)."""
+        problem = problem_of(self.path)
+        if problem is not None:
+            raise sqlite3.DatabaseError(f"index {self.path}: {problem}")
+
+    def _follow(self, db: sqlite3.Connection) -> None:
+        """The path names another file than the one this index opened (or none): a rebuilt
+        index swapped in by another process is followed (every thread reopens); anything
+        else is damage, raised for the caller's repair. What only the file being left knows
+        is kept first (``_keep``)."""
+        self._keep(db)
+        self._refuse_unsound()
+        self.reopen()
+
+    def _keep(self, db: sqlite3.Connection) -> None:
+        """Read the counters and durable tables (purged keys, pack sequences: not in the
+        files) through this thread's connection to the file being left, which reads it
+        even when the path no longer names it (deleted, or renamed over by garbage), so a
+        rebuild carries them over (``kept``). Once per file left."""
+        left = self._identity
+        if left is None or (self._kept is not None and self._kept[0] == left):
+            return
+        found = salvage(db)
+        if found:
+            self._kept = (left, found)
+
     @contextmanager
     def _opening(self) -> Iterator[None]:
         """Hold the index's open lock shared while a connection opens the files.
 
-        ``repair.swap_index`` takes it exclusively while it moves a damaged index and
-        its ``-wal``/``-shm`` aside and puts the rebuilt one in place, so no connection
-        can ever pair the new database with the old write-ahead log.
+        ``repair.replace_index`` takes it exclusively while it moves a damaged index's
+        ``-wal``/``-shm`` aside and puts a new one in its place, so no connection can ever
+        pair the new database with the old write-ahead log.
         """
         if self._open_lock is None:
             yield
@@ -247,17 +320,94 @@ class Index:
 
     def reopen(self) -> None:
         """Make every thread open a fresh connection at its next statement."""
-        self._inode = None
+        self._identity = None
+        self._companions = None
         self._generation += 1
 
-    def replaced_on_disk(self) -> bool:
-        """True when the file at ``path`` is no longer the one this index opened."""
-        if self._uri or self._inode is None:
-            return False
+    def watch(self) -> tuple[Identity | None, str | None, bool]:
+        """Once a flush interval: (identity, problem, marked) of the file at the path — why
+        it must be replaced (None: it need not) and whether it is marked for a rebuild.
+
+        The statement that reads the mark is where a file removed or replaced under this
+        process is noticed (``_connect``, raised as damage). With that connection open, the
+        ``-wal`` and ``-shm`` cannot go away or change legitimately (SQLite removes them
+        when the last connection closes), so one that did since the last watch was removed
+        under the running processes: a new connection would pair another log or
+        shared-memory file with this database (SQLite answers such a connection "disk I/O
+        error", so that error does not stop the look)."""
+        failed: sqlite3.OperationalError | None = None
         try:
-            return os.stat(self.path).st_ino != self._inode
-        except FileNotFoundError:
+            marked = self.rebuilding(REQUEST_WAIT)
+        except sqlite3.OperationalError as exc:
+            failed, marked = exc, False
+        if self._uri:
+            return None, None, marked
+        identity = identity_of(self.path)
+        problem = problem_of(self.path)
+        if problem is None and identity is not None and identity == self._identity:
+            now = {suffix: identity_of(f"{self.path}{suffix}") for suffix in ("-wal", "-shm")}
+            seen, self._companions = self._companions, (identity, now)
+            before = seen[1] if seen is not None and seen[0] == identity else now
+            changed = [suffix for suffix, found in now.items()
+                       if found is None or found != before[suffix]]
+            if changed:  # judged on this identity: a replacement meanwhile makes it moot
+                problem = f"its {changed[0]} was removed or replaced while in use"
+        if problem is None and failed is not None:
+            raise failed
+        return identity, problem, marked
+
+    def problem(self, pages: bool = True) -> str | None:
+        """Why the file at the path is not a sound index (``index_file.MISSING`` if there is
+        none); with ``pages``, SQLite's ``quick_check`` reads every page too. None: sound."""
+        if self._uri:
+            return None
+        problem = problem_of(self.path)
+        if problem is None and pages and not self.check_pages():
+            problem = "damaged pages (quick_check)"
+        return problem
+
+    def check_pages(self) -> bool:
+        """``PRAGMA quick_check`` on a fresh read-only connection: False when it finds
+        damage (or the file cannot be read as a database). It reads the whole file (about
+        0.5 s per million entries from the page cache), so it runs in the background;
+        ``interrupt_check`` stops it (the process is closing)."""
+        if self._uri:
             return True
+        try:
+            with self._opening(), connecting():  # the database and its log, as one pair
+                db = sqlite3.connect(_read_write_uri(self.path, "ro"), uri=True,
+                                     timeout=BUSY_WAIT, check_same_thread=False)
+                opened(identity_of(self.path))
+                db.execute("PRAGMA schema_version").fetchone()
+        except sqlite3.Error as exc:
+            return not is_damaged(exc)
+        self._checking = db
+        try:
+            return db.execute("PRAGMA quick_check(1)").fetchone()[0] == "ok"
+        except sqlite3.Error as exc:  # interrupted, locked, unreadable now: not damage
+            return not is_damaged(exc)
+        finally:
+            self._checking = None
+            db.close()
+
+    def interrupt_check(self) -> None:
+        """Stop a running ``check_pages`` (it then counts as passed)."""
+        checking = self._checking
+        if checking is not None:
+            with contextlib.suppress(sqlite3.Error):
+                checking.interrupt()
+
+    def rebuilding(self, wait: float | None = None) -> bool:
+        """Whether the index is marked as not yet holding every stored entry."""
+        return bool(self.query("SELECT 1 FROM policy WHERE name = 'rebuilding'", (), wait))
+
+    def mark_rebuilding(self, marked: bool = True) -> None:
+        """Set (or, once a walk has indexed everything stored, clear) the mark."""
+        with self.transaction() as db:
+            if marked:
+                db.execute(REBUILDING)
+            else:
+                db.execute("DELETE FROM policy WHERE name = 'rebuilding'")
 
     def _waiting(self, db: sqlite3.Connection, wait: float | None) -> None:
         """Set how long the next statements wait for a lock (a cheap PRAGMA, only on change)."""
@@ -422,35 +572,33 @@ class Index:
         sql = f"SELECT * FROM entries WHERE {where} ORDER BY {order} LIMIT ?"
         return [IndexRow(*r[:7], bool(r[8]), *r[9:]) for r in self.query(sql, (*args, limit))]
 
-    def healthy(self) -> bool:
-        """True when a fresh connection reads the whole file without finding damage."""
-        if self._uri:
-            return True
-        try:
-            read_only = Path(self.path).resolve().as_uri() + "?mode=ro"
-            with contextlib.closing(sqlite3.connect(read_only, uri=True,
-                                                    timeout=BUSY_WAIT)) as db:
-                return db.execute("PRAGMA quick_check(1)").fetchone()[0] == "ok"
-        except sqlite3.DatabaseError:
-            return False
-
-    def carry_over(self, old: str | os.PathLike[str]) -> int:
-        """Copy the durable tables' rows from another index file (a damaged one being
-        replaced, when they still read) into this one; return how many rows came."""
+    def carry_over(self, *sources: Salvage) -> int:
+        """Add what a rebuild from the files cannot know — persisted counters and the
+        durable tables' rows — from salvaged copies (``salvage``), the first source first:
+        its counters alone are taken, and a durable row it has wins over a later source's
+        (``INSERT OR IGNORE``). Return how many durable rows came."""
         copied = 0
-        for table in DURABLE_TABLES:
-            try:
-                with contextlib.closing(sqlite3.connect(
-                        Path(old).resolve().as_uri() + "?mode=ro", uri=True, timeout=1)) as db:
-                    rows = db.execute(f"SELECT * FROM {table}").fetchall()
-            except sqlite3.DatabaseError:
-                continue
-            if rows:
-                marks = ",".join("?" * len(rows[0]))
-                with self.transaction() as db:
-                    copied += sum(db.execute(f"INSERT OR IGNORE INTO {table} VALUES "
-                                             f"({marks})", row).rowcount for row in rows)
+        counted = False
+        with self.transaction() as db:
+            for source in sources:
+                counters = [(name, value) for name, value in source.get("counters", ())
+                            if name not in ("disk_bytes", "disk_entries")
+                            and isinstance(value, int)]
+                if counters and not counted:
+                    db.executemany("INSERT INTO counters VALUES (?, ?) ON CONFLICT(name) DO "
+                                   "UPDATE SET value = value + excluded.value", counters)
+                    counted = True
+                for table in DURABLE_TABLES:
+                    for row in source.get(table, ()):
+                        marks = ",".join("?" * len(row))
+                        copied += db.execute(f"INSERT OR IGNORE INTO {table} VALUES ({marks})",
+                                             row).rowcount
         return copied
+
+    @property
+    def kept(self) -> Salvage:
+        """What the last file this index left still said when it was left (``_keep``)."""
+        return {} if self._kept is None else self._kept[1]
 
     @classmethod
     def in_memory(cls) -> Index:
@@ -465,3 +613,10 @@ class Index:
         if db is not None:
             db.close()
             self._local.db = None
+
+
+def _read_write_uri(path: Path | str, mode: str = "rw") -> str:
+    """A URI for ``path`` that never creates the file (``mode=rw``/``ro``): a connection
+    must not make an empty database where the index was removed. The path is made
+    absolute, not resolved: a symlink is refused before, never followed to its target."""
+    return f"{Path(os.path.abspath(path)).as_uri()}?mode={mode}"

@@ -1,90 +1,188 @@
-"""Rebuilding a damaged index from the files while the cache keeps serving.
+"""Opening the index, and rebuilding it from what is stored while the cache keeps serving.
 
 The index is an accelerator: every hit goes from key to file without it, so a
-damaged page ("database disk image is malformed") must cost nothing but the
-bookkeeping. The process that meets the damage rebuilds a new index from the
-files into a private temp file, then swaps it in. Several processes share one
-index, so the swap is careful:
+damaged or lost index must cost nothing but the bookkeeping — and must never be
+silently short. Whatever is at the index's path that is not a sound index
+(``index_file.problem_of``: garbage, a truncated file, a folder, a symlink, a
+``-wal`` without its database; or pages SQLite's ``quick_check`` refuses) is kept
+in ``quarantine/`` with its ``-wal``/``-shm``, and a new index takes its place
+*marked* as rebuilding (``Index.rebuilding``); an index that is simply new in a
+folder that holds something (deleted, zero-length, an SQLite file without tables)
+is born marked too. Opening does only that (O(1)): the rebuild — a walk of the
+folder that adds a row for every stored entry (``lifecycle.reconcile``) — runs in
+a background thread while hits and misses go on, writing into the new index beside
+every other process, and clears the mark when it is done.
 
-- one rebuild at a time per folder (``locks/index-rebuild.lock``); a process that
-  gets the lock after another's rebuild finds a healthy index and just reopens;
-- the swap itself holds ``locks/index.lock`` exclusively, which every connection
-  takes shared while it opens the files (``Index._opening``): the damaged database
-  and its ``-wal``/``-shm`` move to ``quarantine/`` together and the new file takes
-  their place, so no connection can ever pair the new database with the old log;
-- processes still connected to the old file notice that the path names another
-  file (``Index.replaced_on_disk``, checked by each disk tier's flusher) and reopen.
+Several processes share one index:
+
+- one rebuild at a time per folder: it holds ``locks/index-rebuild.lock`` from its
+  check to the end of its walk. A process that gets the lock after another's rebuild
+  finds a sound, unmarked index and only reopens; one that finds the mark with the
+  lock free (the rebuilder died) takes the rebuild over;
+- the new index is made under a temp name and renamed over the damaged one while
+  ``locks/index.lock`` is held exclusively, which every connection takes shared while
+  it opens (``Index._opening``), and only if the path still names the file judged
+  damaged: no connection can pair a new database with an old write-ahead log, and a
+  new index another process just set up is never replaced;
+- processes still connected to the old file notice at their next statement that the
+  path names another file, or none (``Index._connect``, one ``lstat``), and each disk
+  tier's flusher looks once a ``flush_interval`` (``Index.watch``); a sound new file
+  is followed, anything else starts a rebuild.
+
+Rows that other processes wrote to the old file after it was replaced are not lost:
+their entries were published before the replacement, so the walk, which lists the
+folder after it, finds them. docs/design.md (Disk tier) and docs/reliability.md
+have the bound and the figures.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
+import secrets
+import shutil
 import sqlite3
+import stat
 import time
 from pathlib import Path
 
+from ..errors import CacheDirError
 from ..fsmode import locked
-from .index import Index
-from .lifecycle import rebuild_index
+from .index import Index, Salvage, is_damaged, salvage
+from .index_file import MISSING, Identity, connecting, identity_of, opened, problem_of
+from .layout import TEMP_PREFIX
+from .lifecycle import reconcile
 
 log = logging.getLogger("voxcache.disk")
 
+INDEX_NAME = "index.sqlite3"
 REBUILD_LOCK = "index-rebuild.lock"
 OPEN_LOCK = "index.lock"
 
 
-def rebuild_damaged(root: Path, index: Index) -> dict[str, int] | None:
-    """Replace a damaged index with one rebuilt from the files; None if it was healthy.
-
-    Safe to call from several processes at once: the first rebuilds, the others find
-    a healthy index when their turn comes and only reopen.
-    """
-    with locked(root / "locks" / REBUILD_LOCK):
-        if index.healthy():
-            index.reopen()
-            return None
-        temp = Path(f"{index.path}.rebuild-{os.getpid()}")
-        _unlink_database(temp)
-        fresh = Index(temp)
+def open_index(root: Path, new_folder: bool) -> Index:
+    """Open the folder's index without waiting for a rebuild: whatever is at its path that
+    is not a sound index (nothing at all, unless the folder is new) is replaced first by
+    a new index marked for a rebuild, and an index created here in a folder that is not
+    new is marked too. The caller starts the rebuild (``rebuild_damaged``) when
+    ``Index.rebuilding``. A full disk gives a private in-memory index; a file SQLite
+    cannot open for another reason (permissions, locked) is a ``CacheDirError`` — it may
+    be fine, so it is never moved."""
+    path = root / INDEX_NAME
+    for _attempt in range(3):
+        problem = problem_of(path)
+        judged = identity_of(path)
         try:
-            fresh.add_counters(_salvage_counters(index.path))
-            fresh.carry_over(index.path)  # purged keys, pack sequences: not in the files
-            report = rebuild_index(root, fresh)
-        finally:
-            fresh.close()
-        _swap(root, Path(index.path), temp)
+            if problem is not None and not (problem == MISSING and new_folder):
+                replace_index(root, path, judged, problem)
+                judged = identity_of(path)
+            index = Index(path, mark_new=not new_folder)
+            index.query("SELECT 1 FROM entries LIMIT 1")
+            return index
+        except OSError as exc:
+            return _in_memory(root, exc)
+        except sqlite3.OperationalError as exc:
+            if not is_damaged(exc):
+                # Locked, full or unwritable: the file may be fine, so never move it here.
+                if shutil.disk_usage(root).free > 1 << 20:
+                    raise CacheDirError(f"cache index {path} cannot be opened: {exc}. Fix "
+                                        "the folder's permissions or choose another "
+                                        "--cache-dir.") from None
+                return _in_memory(root, exc)
+            replace_index(root, path, judged, str(exc))
+        except sqlite3.DatabaseError as exc:
+            replace_index(root, path, judged, str(exc))
+    raise CacheDirError(f"cache index {path} is damaged again each time it is set up; "
+                        "check the disk, or choose another --cache-dir")
+
+
+def rebuild_damaged(root: Path, index: Index, check_pages: bool = True,
+            known: tuple[Identity | None, str] | None = None) -> dict[str, int] | None:
+    """Make ``index`` hold a row for every stored entry, whatever happened to its file;
+    None when there was nothing to do. Blocks while another process rebuilds.
+
+    Under the rebuild lock: a file that is not a sound index (``check_pages``: its pages
+    too; ``known``: the identity of a file the caller found unsound, and why) is replaced
+    by a new marked one; then a marked index is walked in place and the mark cleared. A
+    sound, unmarked index (another process rebuilt it meanwhile) is only reopened."""
+    path = Path(index.path)
+    with locked(root / "locks" / REBUILD_LOCK):
+        judged = identity_of(path)
+        if known is not None and known[0] == judged:
+            problem: str | None = known[1]
+        else:
+            problem = index.problem(pages=check_pages)
+        if problem is not None:
+            replace_index(root, path, judged, problem, index.kept)
         index.reopen()
-    log.warning("disk tier: the damaged index was rebuilt from the files: %s", report)
+        if not index.rebuilding():
+            return None
+        started = time.monotonic()
+        report = reconcile(root, index)
+        index.mark_rebuilding(False)
+    log.warning("disk tier: the index was rebuilt from what is stored in %.1f s (%s): %s",
+                time.monotonic() - started, problem or "a new index", report)
     return report
 
 
-def _swap(root: Path, path: Path, rebuilt: Path) -> None:
-    """Move the damaged database and its WAL files aside and put ``rebuilt`` in place."""
-    stamp = f"{int(time.time())}-{os.getpid()}"
-    with locked(root / "locks" / OPEN_LOCK):
+def replace_index(root: Path, path: Path, judged: Identity | None, problem: str,
+                  kept: Salvage | None = None) -> None:
+    """Put a new index, marked for a rebuild, in place of the file judged unsound
+    (``judged``: its identity then, None for none); that file and its ``-wal``/``-shm``
+    are kept in ``quarantine/``. The new one is made under a temp name, with what the
+    files cannot say — counters, purged keys, pack sequences — carried over from the old
+    file where it still reads, then from ``kept`` (read by a running process through its
+    connection to the file it left: ``Index.kept``), and renamed over the old one, so the
+    path never names a database without its tables, nor (but for a folder) nothing.
+    Nothing moves if a sound file other than the judged one is there by then: another
+    process replaced it first."""
+    log.warning("disk tier: index %s: %s; a new one takes its place and is rebuilt from what "
+                "is stored in the background", path, problem)
+    temp = root / f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}-{path.name}"
+    fresh = Index(temp, mark_new=True)
+    try:
+        fresh.carry_over(_salvaged(path), kept or {})
+    finally:
+        fresh.close()
+    kept = root / "quarantine" / f"{path.name}.{int(time.time())}-{secrets.token_hex(3)}"
+    try:
+        with locked(root / "locks" / OPEN_LOCK):
+            if identity_of(path) != judged and problem_of(path) is None:
+                return
+            with contextlib.suppress(FileNotFoundError):
+                try:
+                    os.link(path, kept, follow_symlinks=False)  # the path goes on naming it
+                except OSError:
+                    os.replace(path, kept)  # a folder: it cannot be linked, nor replaced
+            for suffix in ("-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.replace(f"{path}{suffix}", f"{kept}{suffix}")
+            os.replace(temp, path)
+    finally:
         for suffix in ("", "-wal", "-shm"):
             with contextlib.suppress(FileNotFoundError):
-                os.replace(f"{path}{suffix}",
-                           root / "quarantine" / f"{path.name}.{stamp}{suffix}")
-        os.replace(rebuilt, path)
-    _unlink_database(rebuilt)  # its -wal/-shm, if closing left any
+                os.unlink(f"{temp}{suffix}")
 
 
-def _salvage_counters(path: str | os.PathLike[str]) -> dict[str, int]:
-    """The persisted counters of a damaged index, when its counters table still reads."""
+def _salvaged(path: Path) -> Salvage:
+    """What still reads of the ``SALVAGED`` tables of the file at ``path`` — a regular file
+    only (never through a symlink), opened as every connection opens (``locks/index.lock``
+    shared, so with its own log)."""
     try:
-        with contextlib.closing(sqlite3.connect(
-                Path(path).resolve().as_uri() + "?mode=ro", uri=True, timeout=1)) as db:
-            rows = db.execute("SELECT name, value FROM counters").fetchall()
-    except sqlite3.DatabaseError:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return {}
+        uri = f"{Path(os.path.abspath(path)).as_uri()}?mode=ro"
+        with locked(path.parent / "locks" / OPEN_LOCK, fcntl.LOCK_SH), connecting(), \
+                contextlib.closing(sqlite3.connect(uri, uri=True, timeout=1)) as db:
+            opened(identity_of(path))
+            return salvage(db)
+    except (OSError, sqlite3.Error):
         return {}
-    return {name: int(value) for name, value in rows
-            if name not in ("disk_bytes", "disk_entries") and isinstance(value, int)}
 
 
-def _unlink_database(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm"):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(f"{path}{suffix}")
+def _in_memory(root: Path, exc: BaseException) -> Index:
+    log.warning("disk tier: %s is full, so the index cannot be opened (%s); hits are "
+                "served, new takes are not cached until space is freed", root, exc)
+    return Index.in_memory()
