@@ -257,3 +257,24 @@ SCRIPT = textwrap.dedent("""
     from voxcache.engines import load_engine
     print(load_engine(sys.argv[1]).model_revision)
 """)
+
+
+def test_the_plugin_splits_a_japanese_paragraph_into_sentences_that_are_reused(
+        tmp_path: Path) -> None:
+    """Segment mode with the plugin in Japanese: a paragraph's sentences are keyed on their
+    own, so a new paragraph that shares two of them renders only its new one."""
+    from voxcache import Cache, CachedEngine, SynthesisRequest
+
+    cache = Cache(tmp_path / "c")
+    cached = CachedEngine(load_engine("styletone"), cache, segments=True)
+    first = cached.synthesize(SynthesisRequest(
+        "ドアが閉まります。ご注意ください！次は東京です。", language="ja", seed=9))
+    assert (first.segments_hit, first.segments_rendered) == (0, 3)
+    second = cached.synthesize(SynthesisRequest(
+        "ご注意ください！次は東京です。お忘れ物のないように。", language="ja", seed=9))
+    assert (second.cache, second.segments_hit, second.segments_rendered) == ("partial", 2, 1)
+    whole = CachedEngine(load_engine("styletone"), Cache(tmp_path / "d")).synthesize(
+        SynthesisRequest("ご注意ください！次は東京です。お忘れ物のないように。", language="ja",
+                         seed=9))
+    assert second.audio.pcm == whole.audio.pcm  # the stitch is the whole render, pauses and all
+    cache.close()

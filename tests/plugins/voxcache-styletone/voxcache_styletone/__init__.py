@@ -2,15 +2,15 @@
 
 Its voices are style vectors (256 float32 values, the size of a speaker embedding): a
 named voice is a vector from its voices file, and any vector of that shape is a voice
-(``tensor_voice``). It pauses 0.25 s between sentences, which it splits with a rule of its
-own; an explicit seed makes a render repeat (without one, the phase is drawn at random);
-it keeps a scratch buffer per engine, so its renders must not run at once.
+(``tensor_voice``). It pauses 0.25 s between sentences, which it splits with voxcache's
+splitter (English and Japanese); an explicit seed makes a render repeat (without one, the
+phase is drawn at random); it keeps a scratch buffer per engine, so its renders must not
+run at once.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import secrets
 from collections.abc import Iterator
 from importlib import resources
@@ -21,11 +21,11 @@ import numpy as np
 
 from voxcache.audio import Audio
 from voxcache.engine import Engine, TensorVoice
+from voxcache.engines.sentences import split_sentences
 from voxcache.params import ParamSpec
 from voxcache.resolved import ResolvedRequest
 
 WIDTH = 256
-_SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
 def default_voices() -> dict[str, list[float]]:
@@ -38,7 +38,7 @@ class StyleToneEngine(Engine):
 
     id = "styletone"
     sample_rate = 16000
-    languages = ("en",)
+    languages = ("en", "ja")
     default_language = "en"
     supports_seed = True
     determinism = "seeded"
@@ -63,7 +63,7 @@ class StyleToneEngine(Engine):
         self._scratch = np.zeros(16000, dtype=np.float64)
 
     def split_sentences(self, text: str) -> list[str] | None:
-        return [part for part in _SENTENCE.split(text.strip()) if part]
+        return split_sentences(text)
 
     def render(self, request: ResolvedRequest) -> Iterator[Audio]:
         style = request.voice_tensor
