@@ -44,6 +44,8 @@ class Flight(Generic[T]):
         self.chunks: list[Audio] = []
         self.how: tuple[str, str, tuple[int, int] | None] | None = None
         """What ``begin`` said: (cache, tier, segments)."""
+        self.reason = ""
+        """Why the value will not be stored, when ``begin`` knew it already."""
         self.followers = 0
         self._version = 0
         """Changes so far (a coroutine that looked at the state waits for the next one)."""
@@ -53,9 +55,11 @@ class Flight(Generic[T]):
         self.landed.add_done_callback(lambda _done: self._changed())
 
     # -- the leader's side (``outcome.Progress``) -------------------------------------
-    def begin(self, cache: str, tier: str, segments: tuple[int, int] | None = None) -> None:
+    def begin(self, cache: str, tier: str, segments: tuple[int, int] | None = None,
+              reason: str = "") -> None:
         """How the value is being served, said once before its first chunk."""
         if self.how is None:
+            self.reason = reason
             self.how = (cache, tier, segments)
             self._changed()
 

@@ -56,7 +56,8 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
         sys.setswitchinterval(options.switch_interval)  # process-wide: this is a server
     cached = cached or open_cached_engine(settings)
     admission = Admission(options.render_concurrency, options.render_queue, options.io_threads)
-    metrics = Metrics(cached.cache, lambda: admission.queued, lambda: admission.running)
+    metrics = Metrics(cached.cache, lambda: admission.queued, lambda: admission.running,
+                      savings=cached.savings)
     server = Server(cached, admission, metrics, options.request_timeout,
                     multi_tenant=bool(options.api_keys))
 
@@ -69,6 +70,7 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
         # Graceful shutdown: uvicorn has stopped taking requests; finish renders, flush.
         log.info("stopping (%s): finishing renders, closing the cache", stop.reason)
         admission.shutdown()
+        cached.savings.close()  # the ledger's last additions, before the index closes
         cached.cache.close()
         log.info("stopped (%s): process %d", stop.reason, os.getpid())
 
