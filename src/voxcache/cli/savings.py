@@ -17,8 +17,8 @@ from typing import Any
 
 from ..policies import savings
 from ..runtime import configured_gate, open_cache
-from .common import settings_from
-from .output import Column, print_json, say, table
+from .common import print_json, settings_from
+from .output import Column, say, table
 
 _DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw]?)\s*")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
