@@ -69,7 +69,7 @@ class Gate:
     def text_refusal(self, resolved: ResolvedRequest) -> str | None:
         """``admission:<class>`` when the tenant never stores text like this (no side
         effect: safe to ask on any path)."""
-        rules = self._rules.get(resolved.tenant) or self._rules[""]
+        rules = self._rules.get(resolved.tenant, self._rules[""])
         found = rules.match(resolved.text) if rules else None
         return None if found is None else f"{ADMISSION}:{found}"
 
