@@ -21,7 +21,8 @@ from voxcache.testing.faulty import FaultyEngine
 HOT = Path(__file__).resolve().parents[3] / "shared" / "data" / "hot_phrases.json"
 PRIVATE = {
     "digits": ["Your order 48213 has shipped.", "您的取件码是５８３９２。"],
-    "numbers": ["Order number forty-seven, please come to the counter.", "请三十七号顾客到柜台取餐。"],
+    "numbers": ["Order number forty-seven, please come to the counter.",
+                "请三十七号顾客到柜台取餐。"],
     "email": ["We wrote to li.wei@example.com for you.", "请查收邮件 wang@qq.com 谢谢"],
     "url": ["Track it at https://track.example.com/abc please.", "请访问 www.example.cn 查看"],
     "phone": ["Call me back on +1 415 555 0132 please.", "请拨打 138 0013 8000 联系我们"],
