@@ -233,3 +233,15 @@ def test_admit_after_counts_distinct_callers_of_every_process(tmp_path: Path) ->
     for worker in (worker_a, worker_b):
         worker.cache.close()
     assert leaks(tmp_path / "c", ["sk-alice-0001", "sk-bob-0002"]) == []
+
+
+@pytest.mark.parametrize("cls", [c for c in BUILT_IN if c != "numbers"])
+def test_each_class_alone_leaves_words_alone(cls: str) -> None:
+    """Checked class by class (in a list, an earlier class would hide a later one's false
+    match): hyphenated words, single letters and spoken numbers are not codes, dates…"""
+    rules = TextRules([cls])
+    for text in ["A well-known, state-of-the-art place.", "I am a cat, O my friend.",
+                 "Order number forty-seven, please come to the counter.",
+                 "Welcome! Please scan the code on your table to order.",
+                 "列车即将进站，请站在黄线以内候车。", "我们一起去吧，等一下。"]:
+        assert rules.match(text) is None, (cls, text)

@@ -104,7 +104,7 @@ _NATO = ("alpha|alfa|bravo|charlie|delta|echo|foxtrot|golf|hotel|india|juliet|ju
 _CODE = re.compile(
     r"(?<![\w'])[A-Za-z0-9](?:[\s.,-]+[A-Za-z0-9](?![\w'])){2,}"   # A B 1 2 3, X-Y-Z
     r"|\b(?=[A-Za-z]*\d)(?=\d*[A-Za-z])[A-Za-z0-9]{3,}\b"            # AB12CD, QX7
-    r"|\b[A-Z]{2,}[-/][A-Z0-9]{2,}\b"                                # ABC-XYZ
+    r"|(?-i:\b[A-Z]{2,}[-/][A-Z0-9]{2,}\b)"                          # ABC-XYZ (capitals)
     rf"|\b(?:{_NATO})(?:[\s,-]+(?:{_NATO})){{2,}}\b",               # alpha bravo charlie
     re.IGNORECASE)
 _SINGLE_WORDS = {"a", "i", "o"}
