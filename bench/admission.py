@@ -21,7 +21,6 @@ import json
 import statistics
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
