@@ -51,60 +51,71 @@ def main() -> None:
     signal_gate = Gate(GateSettings(), Cache(folder / "signal"), speech=True)
     asr_gate = Gate(GateSettings(quality=QualitySettings(asr=True)), Cache(folder / "asr"),
                     speech=True) if args.asr else None
-    cached = CachedEngine(piper, Cache(folder / "render"),
+    english = [str(p["text"]) for p in phrases() if p.get("language", "en") == "en"]
+    figures = measure(piper, folder, english, signal_gate, asr_gate)
+    report(figures, english, signal_gate, asr_gate)
+    replay(piper, folder)
+
+
+def measure(piper: object, folder: Path, english: list[str], signal_gate: Gate,
+            asr_gate: Gate | None) -> dict[str, list]:
+    """Render each phrase at each speed; time the render, the checks and the ASR."""
+    cached = CachedEngine(piper, Cache(folder / "render"),  # type: ignore[arg-type]
                           gate=GateSettings(quality=QualitySettings(enabled=False)))
-    english = [p["text"] for p in phrases() if p.get("language", "en") == "en"]
-    takes, render_s, check_s, asr_s = [], [], [], []
-    refused_signal, refused_asr = [], []
+    figures: dict[str, list] = {name: [] for name in (
+        "takes", "render", "check", "asr", "refused_signal", "refused_asr")}
     for text in english:
         for speed in SPEEDS:
-            request = SynthesisRequest(str(text), speed=speed)
+            request = SynthesisRequest(text, speed=speed)
             started = time.perf_counter()
             result = cached.synthesize(request, mode="bypass")
-            render_s.append(time.perf_counter() - started)
+            figures["render"].append(time.perf_counter() - started)
             resolved = cached.resolve(request)
-            takes.append((resolved, result.audio))
+            figures["takes"].append((resolved, result.audio))
             started = time.perf_counter()
             found = signal_gate.quality_refusal(result.audio, resolved)
-            check_s.append(time.perf_counter() - started)
+            figures["check"].append(time.perf_counter() - started)
             if found:
-                refused_signal.append((text, speed, found))
+                figures["refused_signal"].append((text, speed, found))
             if asr_gate is not None:
                 started = time.perf_counter()
                 heard = asr_gate._asr(result.audio, resolved)  # the round trip alone
-                asr_s.append(time.perf_counter() - started)
+                figures["asr"].append(time.perf_counter() - started)
                 if heard:
-                    refused_asr.append((text, speed, heard))
-    caught = {fault: 0 for fault in FAULTS}
-    for resolved, audio in takes:
-        good = audio.samples().astype(np.float32) / 32768.0
-        for fault in FAULTS:
-            if signal_gate.quality_refusal(broken(good, fault, audio.sample_rate), resolved):
-                caught[fault] += 1
-    wrong_caught = 0
-    if asr_gate is not None:
-        for index, (resolved, _audio) in enumerate(takes[:: len(SPEEDS)]):
-            other = takes[((index + 7) % len(english)) * len(SPEEDS)][1]
-            wrong_caught += bool(asr_gate._asr(other, resolved))
+                    figures["refused_asr"].append((text, speed, heard))
+    return figures
+
+
+def report(figures: dict[str, list], english: list[str], signal_gate: Gate,
+           asr_gate: Gate | None) -> None:
+    """Print false refusals, catch rates and the cost per take, side by side."""
+    takes = figures["takes"]
     n = len(takes)
     print(f"Piper takes: {n} ({len(english)} phrases x speeds {SPEEDS})")
-    print(f"false refusals, signal checks: {len(refused_signal)}/{n} {refused_signal}")
+    print(f"false refusals, signal checks: {len(figures['refused_signal'])}/{n} "
+          f"{figures['refused_signal']}")
     if asr_gate is not None:
-        print(f"false refusals, ASR round trip: {len(refused_asr)}/{n} {refused_asr}")
-    for fault, count in caught.items():
+        print(f"false refusals, ASR round trip: {len(figures['refused_asr'])}/{n} "
+              f"{figures['refused_asr']}")
+    for fault in FAULTS:
+        count = sum(1 for resolved, audio in takes if signal_gate.quality_refusal(
+            broken(audio.samples().astype(np.float32) / 32768.0, fault, audio.sample_rate),
+            resolved))
         print(f"catch rate {fault:>9}: {count}/{n} = {count / n:.0%}")
     if asr_gate is not None:
-        print(f"catch rate other words (ASR): {wrong_caught}/{len(english)}")
-    render = statistics.median(render_s)
+        firsts = takes[:: len(SPEEDS)]
+        wrong = sum(bool(asr_gate._asr(firsts[(i + 7) % len(firsts)][1], resolved))
+                    for i, (resolved, _audio) in enumerate(firsts))
+        print(f"catch rate other words (ASR): {wrong}/{len(firsts)}")
+    render = statistics.median(figures["render"])
+    check = statistics.median(figures["check"])
     print(f"render per take (median): {render * 1000:.0f} ms")
-    check = statistics.median(check_s)
     print(f"signal checks per take (median): {check * 1000:.2f} ms = {check / render:.2%} "
           "of the render")
-    if asr_s:
-        asr = statistics.median(asr_s)
+    if figures["asr"]:
+        asr = statistics.median(figures["asr"])
         print(f"ASR per take (median): {asr * 1000:.0f} ms = {asr / render:.0%} of the render; "
               f"ASR / signal checks = {asr / check:.0f}x")
-    replay(piper, folder)
 
 
 def replay(piper: object, folder: Path) -> None:
