@@ -416,7 +416,7 @@ function drawGate(doc) {
   $("savings-total").textContent = `total: ${int(t.hits || 0)} hits, ` +
     `${(t.seconds || 0).toFixed(1)} engine seconds, ${(t.money || 0).toFixed(2)} ${s.currency}`;
   const g = doc.refusals || { by_reason: {}, recent: [] };
-  const reasons = $("refusals");
+  const reasons = $("not-stored");
   reasons.replaceChildren();
   row(reasons, ["not stored because", "takes"], true);
   for (const [reason, n] of Object.entries(g.by_reason)) {
