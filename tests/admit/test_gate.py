@@ -245,3 +245,24 @@ def test_each_class_alone_leaves_words_alone(cls: str) -> None:
                  "Welcome! Please scan the code on your table to order.",
                  "列车即将进站，请站在黄线以内候车。", "我们一起去吧，等一下。"]:
         assert rules.match(text) is None, (cls, text)
+
+
+def test_synth_says_why_a_take_was_not_stored(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    config = tmp_path / "voxcache.toml"
+    config.write_text('[admission]\nnever_store = ["digits"]\n')
+    run = subprocess.run([sys.executable, "-m", "voxcache", "--cache-dir", str(tmp_path / "c"),
+                          "--config", str(config), "--engine", "tone", "synth",
+                          "Gate 42 is open.", "--json"], capture_output=True, text=True,
+                         timeout=120)
+    summary = json.loads(run.stdout)
+    assert (summary["cache"], summary["stored"], summary["reason"]) == (
+        "bypass", False, "admission:digits")
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[admission]\nnever_store = ["digitz"]\n')
+    refused = subprocess.run([sys.executable, "-m", "voxcache", "--cache-dir",
+                              str(tmp_path / "c"), "--config", str(bad), "--engine", "tone",
+                              "synth", "Hello."], capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "unknown class 'digitz'" in refused.stderr

@@ -68,7 +68,8 @@ def synth(args: argparse.Namespace) -> int:
         summary = {"key": result.key, "cache": result.cache, "tier": result.tier,
                    "seconds": round(result.seconds, 6), "bytes": len(result.wav),
                    "sample_rate": header.sample_rate, "duration": header.duration,
-                   "stored": result.stored, "output": args.output,
+                   "stored": result.stored, "reason": result.reason or None,
+                   "output": args.output,
                    "segments": {"hit": result.segments_hit, "rendered": result.segments_rendered},
                    "take": result.take}
         shown = short_key(cached.cache.disk.index, result.key) if result.stored else result.key
@@ -83,7 +84,10 @@ def synth(args: argparse.Namespace) -> int:
     say(f"[bold]{result.cache.upper()}[/] from {result.tier} in "
         f"{result.seconds * 1000:.2f} ms — {header.duration:.2f} s of audio, "
         f"key {shown}" + (f" → {args.output}" if args.output else ""))
-    if not result.stored:
+    if result.reason:
+        say(f"[yellow]served without caching: the storing gate refused it ({result.reason}; "
+            "docs/admission.md)[/]")
+    elif not result.stored:
         say("[yellow]served without caching: the take could not be stored[/]")
     return 0
 
