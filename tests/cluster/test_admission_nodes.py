@@ -15,13 +15,25 @@ from .conftest import needs_redis, new_bucket, new_prefix, nodes, raw_redis, unt
 pytestmark = pytest.mark.slow
 CONFIG = """
 [admission]
-never_store = ["digits", "email"]
+never_store = ["email", "url", "phone", "money", "date", "time", "code", "re:(?i)okafor",
+               "numbers", "digits"]
 admit_after = 2
 caller = "header:X-Session"
 [savings]
 price_per_million_chars = 15.0
 """
 PRIVATE = "Your order 90417 ships to li.wei@example.com today."
+EVERY_CLASS = {
+    "numbers": "Order number forty-seven, please come to the counter.",
+    "url": "Track it at https://track.example.com/zq please.",
+    "phone": "Call us back on 020 7946 0958.",
+    "money": "Your balance is three hundred euros.",
+    "date": "Your visit is on the second of December.",
+    "time": "Your table is ready at half past seven.",
+    "code": "Your pickup code is Q X 7 B.",
+    "pattern": "Your table is ready, Mr Okafor.",
+    "digits": "您的取件码是５８３９２。",
+}
 
 
 def _everything_in_redis(url: str) -> bytes:
@@ -58,8 +70,11 @@ def test_two_nodes_keep_nothing_count_callers_together_and_add_up_savings(
     with nodes(tmp_path, tiers, count=2, env=s3_server.env, extra_config=CONFIG) as (a, b):
         refused = [node.speak(PRIVATE) for node in (a, b)]
         assert [r.headers["x-cache"] for r in refused] == ["BYPASS", "BYPASS"]
-        assert {r.headers["x-cache-reason"] for r in refused} == {"admission:digits"}
+        assert {r.headers["x-cache-reason"] for r in refused} == {"admission:email"}
         key = refused[0].headers["x-cache-key"]
+        for cls, words in EVERY_CLASS.items():
+            answer = (a, b)[len(words) % 2].speak(words)
+            assert answer.headers["x-cache-reason"] == f"admission:{cls}", cls
         # admit_after = 2: one session on node A, another on node B
         text = "Thank you for calling."
         first = a.speak(text).headers  # no session: counts as no caller
@@ -73,15 +88,19 @@ def test_two_nodes_keep_nothing_count_callers_together_and_add_up_savings(
             assert b.speak(text).headers["x-cache"] == "HIT"
         redis_dump = _everything_in_redis(redis_url)
         s3_dump = _everything_in_s3(s3_server, bucket)
-    for needle in (PRIVATE, "90417", "li.wei", key, "session-alpha-1", "session-bravo-2"):
+    needles = [PRIVATE, "90417", "li.wei", key, "session-alpha-1", "session-bravo-2",
+               *EVERY_CLASS.values(), "forty-seven", "0958", "track.example", "Okafor",
+               "５８３９２", "Q X 7 B"]
+    for needle in needles:
         assert needle.encode() not in redis_dump, needle
         assert needle.encode() not in s3_dump, needle
     for node in (a, b):
         for path in node.cache_dir.rglob("*"):
             if path.is_file():
                 data = path.read_bytes()
-                assert b"90417" not in data and key.encode() not in data, path
-        assert "90417" not in node.log() and "li.wei" not in node.log()
+                for needle in needles:
+                    assert needle.encode() not in data, (path, needle)
+        assert not [needle for needle in needles if needle in node.log()]
     # the ledger: 1 hit on A, 2 on B; each node's report shows the fleet's 3
     config = tmp_path / "ledger.toml"
     listed = ", ".join(f'"{tier}"' for tier in tiers)
