@@ -124,3 +124,29 @@ def test_refusals_are_counted_on_metrics_and_the_dashboard(served) -> None:
     by_reason = served["dashboard"]["refusals"]["by_reason"]
     assert by_reason["admission:admit_after"] == 2
     assert served["dashboard"]["savings"]["total"]["hits"] == 1
+
+
+def test_a_faulty_engine_behind_serve_is_served_not_stored_and_counted(tmp_path: Path) -> None:
+    config = tmp_path / "voxcache.toml"
+    config.write_text("")
+    reasons = {"runaway": "runaway", "truncated": "truncated", "silent": "silence",
+               "clipped": "clipping"}
+    text = "Please keep your belongings with you at all times."
+    with serve(tmp_path / "c", config, engine="voxcache.testing.faulty:FaultyEngine") as (
+            url, _output):
+        with httpx.Client(base_url=url, timeout=60) as client:
+            for fault, reason in reasons.items():
+                for _ in range(2):  # refused each time: never a hit
+                    answer = client.post("/v1/synthesize", json={
+                        "text": text, "params": {"fault": fault}})
+                    assert answer.status_code == 200 and len(answer.content) > 1000
+                    assert (answer.headers["x-cache"], answer.headers["x-cache-reason"]) == (
+                        "BYPASS", f"quality:{reason}"), fault
+            good = [client.post("/v1/synthesize", json={"text": text}).headers["x-cache"]
+                    for _ in range(2)]
+            assert good == ["MISS", "HIT"]
+            metrics = client.get("/metrics").text
+            stats = client.get("/v1/stats").json()["counters"]
+    for reason in reasons.values():
+        assert f'voxcache_refusals_total{{reason="{reason}",stage="quality"}} 2.0' in metrics
+        assert stats[f"refused_quality_{reason}"] == 2
