@@ -133,20 +133,19 @@ def test_a_faulty_engine_behind_serve_is_served_not_stored_and_counted(tmp_path:
                "clipped": "clipping"}
     text = "Please keep your belongings with you at all times."
     with serve(tmp_path / "c", config, engine="voxcache.testing.faulty:FaultyEngine") as (
-            url, _output):
-        with httpx.Client(base_url=url, timeout=60) as client:
-            for fault, reason in reasons.items():
-                for _ in range(2):  # refused each time: never a hit
-                    answer = client.post("/v1/synthesize", json={
-                        "text": text, "params": {"fault": fault}})
-                    assert answer.status_code == 200 and len(answer.content) > 1000
-                    assert (answer.headers["x-cache"], answer.headers["x-cache-reason"]) == (
-                        "BYPASS", f"quality:{reason}"), fault
-            good = [client.post("/v1/synthesize", json={"text": text}).headers["x-cache"]
-                    for _ in range(2)]
-            assert good == ["MISS", "HIT"]
-            metrics = client.get("/metrics").text
-            stats = client.get("/v1/stats").json()["counters"]
+            url, _output), httpx.Client(base_url=url, timeout=60) as client:
+        for fault, reason in reasons.items():
+            for _ in range(2):  # refused each time: never a hit
+                answer = client.post("/v1/synthesize", json={
+                    "text": text, "params": {"fault": fault}})
+                assert answer.status_code == 200 and len(answer.content) > 1000
+                assert (answer.headers["x-cache"], answer.headers["x-cache-reason"]) == (
+                    "BYPASS", f"quality:{reason}"), fault
+        good = [client.post("/v1/synthesize", json={"text": text}).headers["x-cache"]
+                for _ in range(2)]
+        assert good == ["MISS", "HIT"]
+        metrics = client.get("/metrics").text
+        stats = client.get("/v1/stats").json()["counters"]
     for reason in reasons.values():
         assert f'voxcache_refusals_total{{reason="{reason}",stage="quality"}} 2.0' in metrics
         assert stats[f"refused_quality_{reason}"] == 2
