@@ -31,6 +31,9 @@ class Audio:
     pcm: bytes
     sample_rate: int
     channels: int = 1
+    nonfinite: int = 0
+    """Samples that were NaN or infinite when an engine's float output was converted
+    (``from_float`` writes them as silence; the quality gate refuses such a take)."""
 
     @property
     def frames(self) -> int:
@@ -52,13 +55,20 @@ class Audio:
         if not parts:
             raise ValueError("cannot join zero audio parts")
         first = parts[0]
-        return cls(b"".join(p.pcm for p in parts), first.sample_rate, first.channels)
+        return cls(b"".join(p.pcm for p in parts), first.sample_rate, first.channels,
+                   sum(p.nonfinite for p in parts))
 
     @classmethod
     def from_float(cls, samples: np.ndarray, sample_rate: int) -> Audio:
-        """Convert float samples in [-1, 1] to canonical int16 PCM."""
-        clipped = np.clip(np.asarray(samples, dtype=np.float32) * 32767.0, -32767.0, 32767.0)
-        return cls(clipped.astype("<i2").tobytes(), sample_rate, 1)
+        """Convert float samples in [-1, 1] to canonical int16 PCM (NaN and infinities
+        become silence, counted in ``nonfinite``)."""
+        values = np.asarray(samples, dtype=np.float32)
+        finite = np.isfinite(values)
+        bad = int(values.size - np.count_nonzero(finite))
+        if bad:
+            values = np.where(finite, values, 0.0)
+        clipped = np.clip(values * 32767.0, -32767.0, 32767.0)
+        return cls(clipped.astype("<i2").tobytes(), sample_rate, 1, bad)
 
 
 @dataclass(frozen=True, slots=True)

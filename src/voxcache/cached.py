@@ -1,7 +1,7 @@
 """The one orchestrator: every decision about a request, in the order it is made.
 
     resolve → key → cache mode → seed policy → tiers → (load once: flight → lock → tiers
-          → model policy → segments → render slot → engine → publication)
+          → model policy → segments → render slot → engine → storing gate → publication)
 
 ``CachedEngine`` owns the decisions; the policies (``voxcache.policies``) decide what
 a request gets behind the narrow ``Pipeline`` interface, which this class implements;
@@ -40,6 +40,8 @@ from .key import canonical_bytes, digest, key_payload
 from .loading import HANDOFF_SECONDS, Loader, Made, loader_of
 from .outcome import NO_PROGRESS, Progress, Result, Take, seconds_since
 from .policies import segments
+from .policies.admit import Gate, GateSettings
+from .policies.savings import Ledger
 from .policies.seeds import SeedPolicy, TakePools, bypass, describe, parse_seed_policy
 from .policies.upgrades import Upgrades, parse_model_policy
 from .policies.usage import Usage
@@ -81,8 +83,8 @@ class CachedEngine:
     def __init__(self, engine: Engine, cache: Cache, *, lock_wait: float = DEFAULT_LOCK_WAIT,
                  max_text_chars: int = DEFAULT_MAX_TEXT_CHARS, segments: bool = False,
                  seed_policy: str = "pin", model_policy: str = "strict",
-                 admission: Admission | None = None, observer: Observer | None = None
-                 ) -> None:
+                 admission: Admission | None = None, observer: Observer | None = None,
+                 gate: GateSettings | None = None) -> None:
         self.engine = engine
         self.cache = cache
         self.lock_wait = lock_wait
@@ -99,6 +101,11 @@ class CachedEngine:
         self.takes = TakePools()
         self.upgrades = Upgrades(cache.root, model_policy)
         self.usage = Usage(cache.root, self.waveform)
+        gate = gate or GateSettings()
+        self.gate = Gate(gate, cache, speech=engine.speech)
+        """What may be stored: text rules, distinct callers, the quality gate."""
+        self.savings = Ledger(cache, gate.savings)
+        """What the hits saved, per tenant and voice (``policies.savings``)."""
         self.admission = admission or Admission.unbounded()
         self.observer: Observer = observer or _Unobserved()
         self._one_at_a_time = (contextlib.nullcontext() if engine.concurrent_renders
@@ -214,8 +221,11 @@ class CachedEngine:
             found = self.lookup(key)
             if found is not None:
                 return self.hit(resolved, key, found, started)
-        self.asked(resolved, key, hit=False)
-        recipe = _Take(self, resolved, key, started, progress, whole_request=True)
+        refusal = self.gate.text_refusal(resolved)
+        if refusal is None:  # a text the tenant never stores is kept out of usage too
+            self.asked(resolved, key, hit=False)
+        recipe = _Take(self, resolved, key, started, progress, whole_request=True,
+                       caller=request.caller, refusal=refusal)
         if led is not None:
             return self.loader.lead(led, key, "audio", recipe, wait=self.lock_wait)[0]
         return self.loader.load(key, "audio", recipe, wait=self.lock_wait, looked=True,
@@ -228,7 +238,8 @@ class CachedEngine:
         done = object()
 
         class Relay:
-            def begin(self, cache: str, tier: str, segments: Any = None) -> None:
+            def begin(self, cache: str, tier: str, segments: Any = None,
+                      reason: str = "") -> None:
                 return None
 
             def chunk(self, audio: Audio) -> None:
@@ -283,6 +294,8 @@ class CachedEngine:
                                           started, stream, timeout, channel=False)
         else:
             flight.add_follower()
+        if self.gate.counts_callers and request.caller is not None:
+            await self.admission.read(self.gate.joined, key, resolved_request, request.caller)
         return await self._join(flight, key, started, stream, timeout)
 
     async def _submit(self, flight: Flight[Result], request: SynthesisRequest,
@@ -311,7 +324,7 @@ class CachedEngine:
         cache, tier, split = flight.how
         return Take(key, cache.upper(), tier, self.engine.sample_rate, 1,
                     source=flight.afollow(timeout, _audio_of, to_landing=True),
-                    segments=split)
+                    segments=split, reason=flight.reason)
 
     async def _join(self, flight: Flight[Result], key: str, started: float, stream: bool,
                     timeout: float | None) -> Take:
@@ -321,10 +334,12 @@ class CachedEngine:
         if stream and not flight.settled:
             await flight.begun(timeout)
             _, tier, split = flight.how or ("", "engine", None)
-            return Take(key, "JOINED", tier, self.engine.sample_rate, 1,
-                        source=flight.afollow(timeout, _audio_of), segments=split)
+            return Take(key, "BYPASS" if flight.reason else "JOINED", tier,
+                        self.engine.sample_rate, 1, source=flight.afollow(timeout, _audio_of),
+                        segments=split, reason=flight.reason)
         result = await flight.await_value(timeout)
-        return Take.whole(replace(result, cache="joined", seconds=seconds_since(started)))
+        return Take.whole(replace(result, cache=_joined(result),
+                                  seconds=seconds_since(started)))
 
     async def asynthesize(self, request: SynthesisRequest, *, mode: str = "use") -> Result:
         """Asyncio twin of ``synthesize``."""
@@ -405,8 +420,33 @@ class CachedEngine:
             self.cache.disk.note_hit(key)
         self.count(f"hits_{tier}")
         self.asked(resolved, key, hit=True)
+        self.served(resolved, entry)
         self.observer.hit(tier, entry)
         return Result(entry, key, "hit", tier, seconds_since(started))
+
+    def served(self, resolved: ResolvedRequest, entry: Entry) -> None:
+        """A stored take served (a hit, or a stored sentence of a stitched take): its
+        characters and engine seconds go to the savings ledger."""
+        cost = entry.header.meta.get("render_seconds")
+        self.savings.served(resolved.tenant, resolved.voice or (
+            resolved.reference_fingerprint or "")[:16], len(resolved.text),
+            float(cost) if isinstance(cost, int | float) and cost > 0 else 0.0)
+
+    def refusal(self, key: str, resolved: ResolvedRequest, caller: str | None,
+                audio: Audio | None = None) -> str | None:
+        """Why a take of ``key`` may not be stored (None: it may): the text rules and the
+        distinct callers, then — given the take's ``audio`` — the quality gate. A refusal
+        is counted (``Gate.refused``)."""
+        reason = self.gate.before(key, resolved, caller)
+        if reason is None and audio is not None:
+            reason = self.gate.quality_refusal(audio, resolved)
+        if reason is not None:
+            self.gate.refused(key, resolved, reason)
+        return reason
+
+    def text_refusal(self, resolved: ResolvedRequest) -> str | None:
+        """``admission:<class>`` when the tenant never stores this text (no side effect)."""
+        return self.gate.text_refusal(resolved)
 
     def count(self, name: str, delta: int = 1) -> None:
         """Add to a cache counter."""
@@ -429,13 +469,21 @@ class _Take:
     under the engine's join rule."""
 
     def __init__(self, engine: CachedEngine, resolved: ResolvedRequest, key: str,
-                 started: float, progress: Progress, *, whole_request: bool) -> None:
+                 started: float, progress: Progress, *, whole_request: bool,
+                 caller: str | None = None, refusal: str | None = None) -> None:
         self.engine = engine
         self.resolved = resolved
         self.key = key
         self.started = started
         self.progress = progress
         self.whole_request = whole_request
+        self.caller = caller
+        self.refusal = refusal
+        """Why the take will not be stored, as known before it exists (a text rule, too
+        few callers): it is said in ``begin``, so a stream's headers carry it."""
+        self._rendered: Audio | None = None
+        """The engine's take made here (the quality gate checks it; a stitch of stored or
+        separately checked sentences is not checked again)."""
 
     def found(self, entry: Entry, tier: str, inside_lock: bool) -> Result | None:
         """A stored take: a hit, or (inside the lock) one another process or node stored
@@ -455,10 +503,13 @@ class _Take:
                 sink.begin("stale", stale.tier)
                 sink.chunk(stale.audio)
                 return Made(stale)
-            if engine.segments:
-                stitched = segments.serve(engine, resolved, key, self.started, progress=sink)
-                if stitched is not None:
-                    return Made(stitched, stitched.entry, resolved.tenant)
+        if self.refusal is None:  # inside the lock, for a take that is really made here
+            self.refusal = engine.gate.before(key, resolved, self.caller)
+        if self.whole_request and engine.segments:
+            stitched = segments.serve(engine, resolved, key, self.started, progress=sink,
+                                      refusal=self.refusal, caller=self.caller)
+            if stitched is not None:
+                return Made(stitched, stitched.entry, resolved.tenant)
         return self._render(sink)
 
     def _render(self, sink: Progress) -> Made[Result]:
@@ -467,25 +518,57 @@ class _Take:
         chunks: list[Audio] = []
         for chunk in joined(engine.render(resolved), engine.engine.segment_gap):
             if not chunks:
-                sink.begin("miss", "engine")
+                sink.begin("bypass" if self.refusal else "miss", "engine",
+                           reason=self.refusal or "")
             chunks.append(chunk)
             sink.chunk(chunk)
-        entry = engine.seal(self.key, Audio.join(chunks), resolved,
+        self._rendered = Audio.join(chunks)
+        entry = engine.seal(self.key, self._rendered, resolved,
                             render_seconds=round(seconds_since(render_started), 4))
         engine.count("misses")
         return Made(Result(entry, self.key, "miss", "engine", seconds_since(self.started)),
                     entry, resolved.tenant)
 
+    def admit(self, made: Made[Result]) -> Made[Result]:
+        """The storing gate, between made and publish: a take refused by a text rule, for
+        too few callers, because a sentence of it was refused, or by the quality gate
+        (rendered once more first, under ``on_fail = "retry"``) is handed to its callers
+        with ``stored=False`` and its reason, and published nowhere."""
+        if made.entry is None:
+            return made
+        gate = self.engine.gate
+        reason = self.refusal or made.value.reason or None
+        if reason is None and self._rendered is not None:
+            reason = gate.quality_refusal(self._rendered, self.resolved)
+            if reason is not None and gate.retry:
+                gate.refused(self.key, self.resolved, reason)
+                made = self._render(NO_PROGRESS)  # the same render path, once more
+                reason = gate.quality_refusal(self._rendered, self.resolved)
+        if reason is None:
+            return made
+        gate.refused(self.key, self.resolved, reason)
+        return Made(replace(made.value, cache="bypass", stored=False, reason=reason,
+                            seconds=seconds_since(self.started)), None, made.tenant)
+
     def published(self, made: Result, held: Entry | None) -> Result:
         self.engine.remember(self.resolved, self.key)
+        if held is not None:
+            self.engine.gate.stored(self.key, self.resolved)
         return made.published(held or made.entry, held is not None, seconds_since(self.started))
 
     def joined(self, value: Result, sink: Progress, replayed: int) -> Result:
         self.engine.count("joins")
+        self.engine.gate.joined(self.key, self.resolved, self.caller)
         if not replayed:  # it existed before this caller joined: one chunk, whole
-            sink.begin("joined", value.tier)
+            sink.begin(_joined(value), value.tier, reason=value.reason)
             sink.chunk(value.entry.audio())
-        return replace(value, cache="joined", seconds=seconds_since(self.started))
+        return replace(value, cache=_joined(value), seconds=seconds_since(self.started))
+
+
+def _joined(result: Result) -> str:
+    """How a joiner was served: ``joined``, or ``bypass`` when the take is not stored (the
+    gate's reason travels with it)."""
+    return "bypass" if result.reason else "joined"
 
 
 def _audio_of(result: Result) -> Audio:

@@ -103,6 +103,9 @@ class _Delivery:
                                 1.0, take.header.expires - time.time()))  # never outlives its PCM
         return Made(stored, stored, str(take.header.meta.get("tenant", "")))
 
+    def admit(self, made: Made[Entry]) -> Made[Entry]:
+        return made  # an encoding of a stored take is stored with it
+
     def published(self, made: Entry, held: Entry | None) -> Entry:
         return held or made
 

@@ -74,6 +74,10 @@ class Engine:
     engine's renders one at a time."""
     tensor_voice: TensorVoice | None = None
     """The tensor voices the engine takes (None: none; a request with one is refused)."""
+    speech: bool = True
+    """Whether the engine renders speech: the quality gate holds a speech take's duration
+    against its text and refuses long inner silence (``policies.admit.quality``); an engine
+    of tones or effects (``tone``) gets the signal checks alone."""
     segment_gap: float = 0.0
     """Seconds of silence the engine puts between sentences (Piper: none). ``render``
     yields each sentence without it; voxcache adds it between consecutive chunks on
@@ -122,6 +126,7 @@ class Engine:
             "languages": list(self.languages),
             "determinism": self.determinism,
             "concurrent_renders": self.concurrent_renders,
+            "speech": self.speech,
             "params": [spec.describe() for spec in self.params.values()],
         }
 

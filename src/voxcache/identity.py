@@ -50,6 +50,7 @@ def describe(engine: Engine, voice_aliases: Mapping[str, str] | None = None) -> 
         "supports_reference": engine.supports_reference,
         "supports_instruct": engine.supports_instruct,
         "supports_seed": engine.supports_seed,
+        "speech": engine.speech,
     }
 
 
@@ -89,6 +90,12 @@ def check(doc: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(doc.get(flag), bool):
             raise BadIdentity(f"identity {flag!r} must be true or false")
         out[flag] = doc[flag]
+    # whether the center renders speech (its quality gate's speech checks); a center from
+    # before the storing gate does not say: speech, as for any engine
+    speech = doc.get("speech", True)
+    if not isinstance(speech, bool):
+        raise BadIdentity("identity 'speech' must be true or false")
+    out["speech"] = speech
     return out
 
 

@@ -1,7 +1,7 @@
 """Load once: the one path by which the value of a key is made, whoever asks for it.
 
     look up → join the key's flight, or lead it → the machine lock, then the node lease
-            → look again inside the lock → make → publish
+            → look again inside the lock → make → admit → publish
 
 Shaped like groupcache's ``Group.load`` and dogpile's ``get_or_create``. Takes
 (``cached``), stage artifacts (``stages``) and encoded deliveries (``encoded``) all load
@@ -63,6 +63,10 @@ class Recipe(Protocol[T]):
     def make(self, sink: Progress) -> Made[T]:
         """Make the value, reporting to ``sink`` as it goes."""
 
+    def admit(self, made: Made[T]) -> Made[T]:
+        """What may be stored of what was made (the storing gate, ``policies.admit``): ``made``
+        itself, or a value with no entry (served to every caller, stored nowhere)."""
+
     def published(self, made: T, held: Entry | None) -> T:
         """The value once published: ``held`` is the key's take now (None: not stored)."""
 
@@ -76,9 +80,10 @@ class _Tee:
     def __init__(self, first: Progress, second: Progress) -> None:
         self._first, self._second = first, second
 
-    def begin(self, cache: str, tier: str, segments: tuple[int, int] | None = None) -> None:
-        self._first.begin(cache, tier, segments)
-        self._second.begin(cache, tier, segments)
+    def begin(self, cache: str, tier: str, segments: tuple[int, int] | None = None,
+              reason: str = "") -> None:
+        self._first.begin(cache, tier, segments, reason)
+        self._second.begin(cache, tier, segments, reason)
 
     def chunk(self, audio: Audio) -> None:
         self._first.chunk(audio)
@@ -135,8 +140,9 @@ class Loader:
             if not published:  # joined while it was being made: follow it live
                 for chunk in flight.follow(wait):
                     if not sent:
-                        _, tier, segments = flight.how or ("", "engine", None)
-                        progress.begin("joined", tier, segments)
+                        cache, tier, segments = flight.how or ("", "engine", None)
+                        progress.begin("bypass" if flight.reason else "joined", tier,
+                                       segments, flight.reason)
                     progress.chunk(chunk)
                     sent += 1
             value = flight.wait(wait, published=published)
@@ -160,6 +166,7 @@ class Loader:
                     return value, "found"
                 made = recipe.make(flight if progress is NO_PROGRESS else _Tee(flight,
                                                                                 progress))
+                made = recipe.admit(made)  # between made and publish: what may be stored
                 flight.settle(made.value)
                 if made.entry is None:
                     flight.land(made.value)

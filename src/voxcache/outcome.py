@@ -40,6 +40,10 @@ class Result:
     """Segment mode: sentences this request had the engine render."""
     take: int | None = None
     """Under a ``variants:N`` seed policy, which of the N takes this is."""
+    reason: str = ""
+    """Why the take was not stored, when the storing gate refused it: ``admission:<class>``
+    (a text rule), ``admission:admit_after`` (too few distinct callers yet) or
+    ``quality:<reason>`` (``policies.admit``); never the text itself."""
 
     def published(self, entry: Entry, stored: bool, seconds: float) -> Result:
         """This result once published: the key's take (``entry``), whether it is stored,
@@ -61,8 +65,10 @@ class Result:
 class Progress(Protocol):
     """Told, while a request is served, what a streaming caller needs before the end."""
 
-    def begin(self, cache: str, tier: str, segments: tuple[int, int] | None = None) -> None:
-        """How the take is being served, said once before its first chunk."""
+    def begin(self, cache: str, tier: str, segments: tuple[int, int] | None = None,
+              reason: str = "") -> None:
+        """How the take is being served, said once before its first chunk (``reason``: why
+        it will not be stored, when that is known before it exists)."""
 
     def chunk(self, audio: Audio) -> None:
         """The next piece of the take, in order."""
@@ -71,7 +77,8 @@ class Progress(Protocol):
 class _Silent:
     """A caller that does not stream."""
 
-    def begin(self, cache: str, tier: str, segments: tuple[int, int] | None = None) -> None:
+    def begin(self, cache: str, tier: str, segments: tuple[int, int] | None = None,
+              reason: str = "") -> None:
         return None
 
     def chunk(self, audio: Audio) -> None:
@@ -96,6 +103,8 @@ class Take:
     source: AsyncIterator[Audio] | None = None
     segments: tuple[int, int] | None = None
     """Segment mode: (sentences from the cache, sentences rendered) for this request."""
+    reason: str = ""
+    """Why the take is not stored (``Result.reason``; the ``X-Cache-Reason`` header)."""
 
     @classmethod
     def whole(cls, result: Result) -> Take:
@@ -104,7 +113,8 @@ class Take:
         split = result.segments_hit + result.segments_rendered
         return cls(result.key, result.cache.upper(), result.tier, header.sample_rate,
                    header.channels, result=result,
-                   segments=(result.segments_hit, result.segments_rendered) if split else None)
+                   segments=(result.segments_hit, result.segments_rendered) if split else None,
+                   reason=result.reason)
 
     @property
     def entry(self) -> Entry | None:

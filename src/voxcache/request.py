@@ -70,6 +70,9 @@ class SynthesisRequest:
     voice_tensor: Any = None
     """A voice that is an array (NumPy or torch: a style vector, a speaker embedding), for
     engines that take tensor voices; keyed by its content."""
+    caller: str | None = None
+    """Who asks (an API key, a session id…), for ``[admission] admit_after``: not part of
+    the key, never stored as given (only a hash of it, while it counts)."""
 
 
 def resolve(

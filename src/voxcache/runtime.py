@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from pathlib import Path
 
 from .cache import Cache
@@ -12,6 +13,7 @@ from .config import Settings
 from .engine import Engine
 from .engines import load_engine
 from .errors import InvalidParameter
+from .policies.admit import GateSettings, gate_settings
 from .references import ReferenceFolders
 
 log = logging.getLogger("voxcache")
@@ -43,7 +45,14 @@ def open_cached_engine(settings: Settings, cache: Cache | None = None) -> Cached
     return CachedEngine(engine, cache, lock_wait=settings.lock_wait,
                         max_text_chars=settings.max_text_chars,
                         segments=enabled(settings.segments, engine),
-                        seed_policy=settings.seed_policy, model_policy=settings.model_policy)
+                        seed_policy=settings.seed_policy, model_policy=settings.model_policy,
+                        gate=configured_gate(settings))
+
+
+def configured_gate(settings: Settings) -> GateSettings:
+    """The ``[admission]``, ``[tenants.*.admission]``, ``[quality]`` and ``[savings]``
+    tables (the environment overriding the file)."""
+    return gate_settings(settings.extra, os.environ)
 
 
 def load_configured_engine(settings: Settings) -> Engine:
@@ -116,4 +125,10 @@ def describe_limits(settings: Settings, cached: CachedEngine) -> dict[str, objec
         "segments": cached.segments,
         "seed_policy": str(cached.seed_policy),
         "model_policy": cached.model_policy,
+        "admission": {"never_store": list(cached.gate.settings.admission.never_store),
+                      "admit_after": cached.gate.settings.admission.admit_after,
+                      "tenants": sorted(cached.gate.settings.tenants)},
+        "quality": {"enabled": cached.gate.settings.quality.enabled,
+                    "on_fail": cached.gate.settings.quality.on_fail,
+                    "asr": cached.gate.settings.quality.asr},
     }

@@ -43,6 +43,8 @@ class Flight(Generic[T]):
         self.chunks: list[Audio] = []
         self.how: tuple[str, str, tuple[int, int] | None] | None = None
         """What ``begin`` said: (cache, tier, segments)."""
+        self.reason = ""
+        """Why the value will not be stored, when ``begin`` knew it already."""
         self.followers = 0
         self._value: Any = _NOTHING
         """The value as soon as it exists (what callers waiting then get)."""
@@ -58,10 +60,12 @@ class Flight(Generic[T]):
         self._loops: dict[asyncio.AbstractEventLoop, asyncio.Future[None]] = {}
 
     # -- the leader's side (``outcome.Progress``) -------------------------------------
-    def begin(self, cache: str, tier: str, segments: tuple[int, int] | None = None) -> None:
+    def begin(self, cache: str, tier: str, segments: tuple[int, int] | None = None,
+              reason: str = "") -> None:
         """How the value is being served, said once before its first chunk."""
         with self._cond:
             if self.how is None:
+                self.reason = reason
                 self.how = (cache, tier, segments)
             loops = self._bump()
         _wake(loops)

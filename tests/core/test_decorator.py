@@ -15,7 +15,9 @@ def test_wrapped_function_renders_once_per_distinct_call(cache):
     @cached_synthesis(cache, engine_id="my-tts", model_revision="v1", language="en")
     def speak(text: str, temperature: float = 0.7, voice: str = "anna") -> tuple:
         calls.append((text, temperature, voice))
-        return np.full(1600, len(text) / 100, dtype=np.float32), 16000
+        # a second of tone, its pitch from the text (a constant or silence would be a take
+        # the storing gate refuses: DC, silence)
+        return 0.3 * np.sin(np.arange(16000) * len(text) / 100, dtype=np.float32), 16000
 
     first = speak("Hello there")
     assert first.cache == "miss"
@@ -39,7 +41,7 @@ def test_model_revision_separates_takes(cache):
     def make(revision):
         @cached_synthesis(cache, engine_id="my-tts", model_revision=revision, language="en")
         def speak(text: str):
-            return np.zeros(10, dtype=np.int16), 16000
+            return (np.sin(np.arange(8000) / 7.0) * 9000).astype(np.int16), 16000
 
         return speak
 

@@ -16,6 +16,12 @@ import pytest
 from voxcache.cli import settings_doc
 from voxcache.cli.settings_doc import Row, Undocumented, field_docs, render, rows
 from voxcache.config import Settings, load_settings
+from voxcache.policies.admit import (
+    AdmissionSettings,
+    QualitySettings,
+    SavingsSettings,
+    gate_settings,
+)
 from voxcache.service.options import ServiceOptions, service_options
 from voxcache.service.sampler import DashboardSettings, dashboard_settings
 
@@ -28,6 +34,9 @@ SAMPLES = {
     "model_policy": "stale-while-revalidate", "reference_roots": "/srv/a:/srv/b",
     "upstream": "openai=http://127.0.0.1:9", "upstream_revision": "r2",
     "upstream_options": '{"model": "tts-2"}', "engine_options": '{"threads": 1}',
+    "never_store": "digits,re:[A-Z]{2}", "caller": "header:X-Session", "on_fail": "retry",
+    "asr_model": "/srv/whisper", "price_per_million_chars": "15",
+    "price_per_engine_second": "0.0004", "currency": "EUR",
 }
 """An environment value for each setting that is not a number or a switch."""
 
@@ -74,6 +83,12 @@ def test_every_environment_variable_the_code_names_is_documented() -> None:
             assert f"`{name}`" in text, f"{name} is read by the code but not in settings.md"
 
 
+def _gate() -> object:
+    import os
+
+    return gate_settings({}, os.environ)
+
+
 def _sample(row: Row, default: object) -> str:
     if row.name in SAMPLES:
         return SAMPLES[row.name]
@@ -91,7 +106,10 @@ def test_each_documented_environment_name_is_read(row: Row, monkeypatch) -> None
     """Set each variable the reference names and see the setting change."""
     loaders = {Settings: lambda: load_settings(),
                ServiceOptions: lambda: service_options(Settings()),
-               DashboardSettings: lambda: dashboard_settings(Settings())}
+               DashboardSettings: lambda: dashboard_settings(Settings()),
+               AdmissionSettings: lambda: _gate().admission,
+               QualitySettings: lambda: _gate().quality,
+               SavingsSettings: lambda: _gate().savings}
     for name in [r for rs in rows() for r in rs.env]:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("VOXCACHE_CONFIG", raising=False)

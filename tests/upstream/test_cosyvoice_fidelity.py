@@ -470,7 +470,9 @@ def _client_twice(base: str, mode: str, prompt_wav: Path, **fields: str) -> np.n
 def test_client_py_through_the_gateway_in_all_four_modes(tmp_path, prompt_wav) -> None:
     """What the client decodes through voxcache is, sample for sample, what the server
     streamed for that request — on the miss and on the hit."""
-    standin = StreamingCosyVoice(interval=0.05, chunks=3)
+    # 10 chunks of 0.25 s: as long as CosyVoice speaks CLIENT_TEXT (26 syllables) at its
+    # fastest; fewer would be a truncated take to the quality gate, served but not stored
+    standin = StreamingCosyVoice(interval=0.05, chunks=10)
     with cosyvoice_gateway(tmp_path, standin) as (gateway, _, _):
         for mode in MODES:
             samples = _client_twice(gateway, mode, prompt_wav)

@@ -6,18 +6,23 @@ import argparse
 from pathlib import Path
 
 from ..errors import InvalidParameter
+from ..policies.admit import recent_refusals, refusal_counts
 from ..runtime import open_cache, open_cached_engine
 from ..stages.figures import is_stage_counter, stage_figures
 from .common import (
+    USAGE,
     add_request_options,
     print_json,
     request_from,
     request_options_given,
     settings_from,
+    warn,
 )
 from .keys import short_key
 from .output import Column, console, human_size, say, table
 from .rerender import model_revisions
+from .savings import report as savings_report
+from .savings import since as savings_since
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -42,6 +47,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--top-hits", type=int, metavar="N", help="the N most-hit ones")
     p.add_argument("--kind", choices=("request", "segment"), help="only whole requests or "
                    "only sentences (with --top-misses/--top-hits)")
+    p.add_argument("--savings", action="store_true", help="what the cache saved per tenant "
+                   "and voice: hits, characters, engine seconds, money at the [savings] prices")
+    p.add_argument("--since", type=savings_since, metavar="WHEN", help="with --savings: from "
+                   "a duration ago (7d, 12h) or a date (2026-11-01, UTC)")
+    p.add_argument("--csv", action="store_true", help="with --savings: print CSV")
     p.set_defaults(handler=stats)
 
 
@@ -58,7 +68,8 @@ def synth(args: argparse.Namespace) -> int:
         summary = {"key": result.key, "cache": result.cache, "tier": result.tier,
                    "seconds": round(result.seconds, 6), "bytes": len(result.wav),
                    "sample_rate": header.sample_rate, "duration": header.duration,
-                   "stored": result.stored, "output": args.output,
+                   "stored": result.stored, "reason": result.reason or None,
+                   "output": args.output,
                    "segments": {"hit": result.segments_hit, "rendered": result.segments_rendered},
                    "take": result.take}
         shown = short_key(cached.cache.disk.index, result.key) if result.stored else result.key
@@ -73,7 +84,10 @@ def synth(args: argparse.Namespace) -> int:
     say(f"[bold]{result.cache.upper()}[/] from {result.tier} in "
         f"{result.seconds * 1000:.2f} ms — {header.duration:.2f} s of audio, "
         f"key {shown}" + (f" → {args.output}" if args.output else ""))
-    if not result.stored:
+    if result.reason:
+        say(f"[yellow]served without caching: the storing gate refused it ({result.reason}; "
+            "docs/admission.md)[/]")
+    elif not result.stored:
         say("[yellow]served without caching: the take could not be stored[/]")
     return 0
 
@@ -107,12 +121,19 @@ def explain(args: argparse.Namespace) -> int:
 
 def stats(args: argparse.Namespace) -> int:
     """Print tier sizes, persisted counters, the stage caches and the model revisions."""
+    if args.savings:
+        return savings_report(args)
+    if args.since is not None or args.csv:
+        warn("--since and --csv go with --savings")
+        return USAGE
     if args.top_misses or args.top_hits:
         return top_usage(args)
     cache = open_cache(settings_from(args), settled=True)
     try:
         data = cache.stats()
         data["revisions"] = model_revisions(cache)
+        data["refusals"] = refusal_counts(data["counters"])
+        data["refused_recently"] = recent_refusals(cache)
     finally:
         cache.close()
     data["stages"] = stage_figures(data["counters"])
@@ -130,7 +151,21 @@ def stats(args: argparse.Namespace) -> int:
            if not is_stage_counter(name)))  # those are in the table per kind below
     _print_revisions(data["revisions"])
     _print_stages(data["stages"])
+    _print_refusals(data["refusals"], data["refused_recently"])
     return 0
+
+
+def _print_refusals(counts: dict[str, int], recent: list[dict[str, object]]) -> None:
+    """Takes served but not stored, by reason, and the latest quality refusals by key."""
+    if not counts:
+        say("storing gate: every take rendered here was stored")
+        return
+    table((Column("not stored because"), Column("takes", numeric=True)),
+          sorted(counts.items()), title="storing gate (docs/admission.md)")
+    if recent:
+        table((Column("key"), Column("reason"), Column("tenant"), Column("times", numeric=True)),
+              ((r["key"], r["reason"], r["tenant"], r["times"]) for r in recent),
+              title="latest quality refusals (voxcache explain is no use: they are not stored)")
 
 
 def _print_revisions(revisions: dict[str, dict[str, int]]) -> None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Settings
+from ..policies.admit import AdmissionSettings, QualitySettings, SavingsSettings
 from ..service.options import ServiceOptions
 from ..service.packs import PackSettings
 from ..service.sampler import DashboardSettings
@@ -100,7 +101,17 @@ def rows() -> list[Row]:
     for field, meaning in _fields(PackSettings):
         found.append(Row(PackSettings, field.name, f"[packs] {field.name}", (),
                          _default(field), meaning))
+    for cls, table in GATE_TABLES.items():
+        for field, meaning in _fields(cls):
+            found.append(Row(cls, field.name, f"[{table}] {field.name}",
+                             (f"VOXCACHE_{table.upper()}_{field.name.upper()}",),
+                             _default(field), meaning))
     return found
+
+
+GATE_TABLES = {AdmissionSettings: "admission", QualitySettings: "quality",
+               SavingsSettings: "savings"}
+"""The storing gate's and the ledger's tables (``policies.admit.settings``)."""
 
 
 def _fields(cls: type, skip: frozenset[str] | set[str] = frozenset()
@@ -196,6 +207,17 @@ SECTIONS = (
      "(`voxcache.service.sampler.DashboardSettings`)."),
     (PackSettings, "## Packs: `[packs]`",
      "Publishing signed packs (`voxcache.service.packs.PackSettings`; docs/edge.md)."),
+    (AdmissionSettings, "## What may be stored: `[admission]`, `[tenants.*.admission]`",
+     "Text classes never stored and distinct callers before a take is stored "
+     "(`voxcache.policies.admit.settings.AdmissionSettings`; docs/admission.md). A tenant's "
+     "`[tenants.NAME.admission]` table takes the same names (no environment spelling) and "
+     "replaces, for that tenant, each setting it names."),
+    (QualitySettings, "## The quality gate: `[quality]`",
+     "What a rendered take must be before it is stored "
+     "(`voxcache.policies.admit.settings.QualitySettings`; docs/admission.md)."),
+    (SavingsSettings, "## The savings ledger: `[savings]`",
+     "What a take served from the cache is worth "
+     "(`voxcache.policies.admit.settings.SavingsSettings`; docs/admission.md)."),
 )
 
 

@@ -41,6 +41,7 @@ class ToneEngine(Engine):
     supports_instruct = True
     supports_seed = True
     determinism = "deterministic"
+    speech = False  # tones at 100 characters a second: the gate's speech checks do not apply
 
     def __init__(self, model_revision: str = "tone-1", seconds_per_char: float = 0.01) -> None:
         self.model_revision = model_revision

@@ -72,3 +72,13 @@ class Pipeline(Protocol):
 
     def remember(self, resolved: ResolvedRequest, key: str) -> None:
         """Remember ``key`` as the latest take of its request across model revisions."""
+
+    def served(self, resolved: ResolvedRequest, entry: Entry) -> None:
+        """A stored take served: its characters and engine seconds go to the savings ledger."""
+
+    def refusal(self, key: str, resolved: ResolvedRequest, caller: str | None,
+                audio: Audio | None = None) -> str | None:
+        """Why a take of ``key`` may not be stored (the storing gate; counted), or None."""
+
+    def text_refusal(self, resolved: ResolvedRequest) -> str | None:
+        """``admission:<class>`` when the tenant never stores this text (no side effect)."""

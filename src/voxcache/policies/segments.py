@@ -13,6 +13,11 @@ audio; one key means one stored copy, and a one-sentence request and the same
 sentence inside a paragraph hit each other. An engine that conditions on its
 neighbours gets ``kind: "segment"`` keys that include the declared context.
 
+Each sentence passes the storing gate on its own (``policies.admit``): a sentence
+with an order number is served but not stored while its neighbours are, and the
+stitched request take holding it is not stored either (its ``reason`` is the
+sentence's).
+
 Each segment key has its own single flight and cross-process lock, so two
 paragraphs sharing a new sentence render it once. A caller renders every
 segment it leads before it waits on segments others lead, so flights never
@@ -120,47 +125,59 @@ class _InOrder(dict[str, Audio]):
 
 def serve(pipeline: Pipeline, resolved: ResolvedRequest, key: str, started: float,
           segments: list[Segment] | None = None,
-          progress: Progress = NO_PROGRESS) -> Result | None:
+          progress: Progress = NO_PROGRESS, refusal: str | None = None,
+          caller: str | None = None) -> Result | None:
     """Make a whole-request miss from segments (sealed, for the caller to publish); None
     when segment mode does not apply.
 
     ``progress`` hears how the request is served once the stored sentences are known,
     then every sentence in order as it becomes available — stored ones at once, rendered
-    ones as the engine yields them.
+    ones as the engine yields them. ``refusal``: why the request's take will not be stored,
+    known already (said in ``begin``); ``caller`` counts towards each sentence's
+    ``admit_after``.
     """
     segments = segments if segments is not None else plan(pipeline, resolved)
     if segments is None:
         return None
     stored_audio: dict[str, Audio] = {}
+    entries = {}
     for seg in segments:
         if seg.key not in stored_audio:
             found = pipeline.lookup(seg.key)
             if found is not None:
                 stored_audio[seg.key] = found[0].audio()
+                entries[seg.key] = found[0]
     hit_keys = set(stored_audio)
     stored = sum(1 for s in segments if s.key in hit_keys)
-    progress.begin(*_how(stored, len(segments)), (stored, len(segments) - stored))
+    how, tier = _how(stored, len(segments))
+    progress.begin("bypass" if refusal else how, tier, (stored, len(segments) - stored),
+                   refusal or "")
     audio = _InOrder(segments, progress, pipeline.engine.segment_gap)
     audio.update(stored_audio)
     audio.flush()
     missing = list(dict.fromkeys(s.key for s in segments if s.key not in audio))
-    rendered = _fill(pipeline, resolved, segments, missing, audio)
+    refused: dict[str, str] = {}
+    rendered = _fill(pipeline, resolved, segments, missing, audio, caller, refused)
     # Sentences another caller rendered meanwhile (a joined flight, another process's
     # lock) count as hits: this request did not render them.
     hits = sum(1 for s in segments if s.key not in rendered)
     pipeline.count("segment_hits", hits)
     pipeline.count("segment_renders", len(segments) - hits)
     for seg in segments:
-        pipeline.asked(seg.resolved, seg.key, seg.key in hit_keys, kind="segment")
+        if seg.key in hit_keys:
+            pipeline.served(seg.resolved, entries[seg.key])
+        if pipeline.text_refusal(seg.resolved) is None:  # never-store text stays out of usage
+            pipeline.asked(seg.resolved, seg.key, seg.key in hit_keys, kind="segment")
     stitched = stitch([audio[s.key] for s in segments], pipeline.engine.segment_gap)
     how, tier = _how(hits, len(segments))
     if how == "partial":
         pipeline.count("partials")
     elif how == "miss":
         pipeline.count("misses")
+    reason = next((refused[s.key] for s in segments if s.key in refused), "")
     return Result(pipeline.seal(key, stitched, resolved), key, how, tier,
                   seconds_since(started), False, segments_hit=hits,
-                  segments_rendered=len(segments) - hits)
+                  segments_rendered=len(segments) - hits, reason=reason)
 
 
 def _how(hits: int, total: int) -> tuple[str, str]:
@@ -176,8 +193,10 @@ def stitch(parts: list[Audio], gap: float) -> Audio:
 
 
 def _fill(pipeline: Pipeline, resolved: ResolvedRequest, segments: list[Segment],
-          missing: list[str], audio: dict[str, Audio]) -> set[str]:
-    """Get every missing segment's audio into ``audio``; return the keys this call rendered."""
+          missing: list[str], audio: dict[str, Audio], caller: str | None,
+          refused: dict[str, str]) -> set[str]:
+    """Get every missing segment's audio into ``audio``; return the keys this call rendered
+    (``refused``: the segments not stored, and why)."""
     led: dict[str, Flight] = {}
     followed: dict[str, Flight] = {}
     for seg_key in missing:
@@ -186,21 +205,23 @@ def _fill(pipeline: Pipeline, resolved: ResolvedRequest, segments: list[Segment]
     by_key = {s.key: s for s in segments}
     rendered: set[str] = set()
     if led:
-        rendered = _lead(pipeline, resolved, segments, by_key, led, audio)
+        rendered = _lead(pipeline, resolved, segments, by_key, led, audio, caller, refused)
     for seg_key, flight in followed.items():
         try:
             shared: Result = flight.wait(pipeline.lock_wait)
             audio[seg_key] = shared.entry.audio()
+            if shared.reason:  # another caller's take of it was refused: not stored
+                refused[seg_key] = shared.reason
             pipeline.count("joins")
         except TimeoutError:  # a stuck leader: a duplicate render beats a stuck request
             rendered |= _render_into(pipeline, resolved, segments, [by_key[seg_key]],
-                                     {seg_key: Flight()}, audio)
+                                     {seg_key: Flight()}, audio, caller, refused)
     return rendered
 
 
 def _lead(pipeline: Pipeline, resolved: ResolvedRequest, segments: list[Segment],
           by_key: dict[str, Segment], led: dict[str, Flight],
-          audio: dict[str, Audio]) -> set[str]:
+          audio: dict[str, Audio], caller: str | None, refused: dict[str, str]) -> set[str]:
     """Render the segments this caller leads, holding their locks in key order."""
     try:
         with contextlib.ExitStack() as stack:
@@ -214,7 +235,8 @@ def _lead(pipeline: Pipeline, resolved: ResolvedRequest, segments: list[Segment]
                 else:
                     todo.append(by_key[seg_key])
             todo.sort(key=lambda s: s.index)
-            return _render_into(pipeline, resolved, segments, todo, led, audio)
+            return _render_into(pipeline, resolved, segments, todo, led, audio, caller,
+                                refused)
     except BaseException as exc:
         for flight in led.values():
             flight.fail(exc)
@@ -226,20 +248,33 @@ def _lead(pipeline: Pipeline, resolved: ResolvedRequest, segments: list[Segment]
 
 def _render_into(pipeline: Pipeline, resolved: ResolvedRequest, segments: list[Segment],
                  todo: list[Segment], flights: dict[str, Flight],
-                 audio: dict[str, Audio]) -> set[str]:
-    """Render ``todo``; each segment's flight is settled as soon as its take exists, then
-    the take is published and the published one (ours, or another node's that was first)
-    is what the stitch uses."""
+                 audio: dict[str, Audio], caller: str | None,
+                 refused: dict[str, str]) -> set[str]:
+    """Render ``todo``; each segment passes the storing gate, its flight is settled as soon
+    as its take exists, then the take is published (unless refused: then it is only
+    handed out) and the published one (ours, or another node's that was first) is what
+    the stitch uses. A sentence's engine seconds are the time the engine took to yield
+    it."""
     if not todo:
         return set()
     wanted = {s.index for s in todo}
+    last = time.perf_counter()
     for seg, chunk in _render(pipeline, resolved, segments, todo):
+        now = time.perf_counter()
+        spent, last = now - last, now
         if seg.index not in wanted or seg.key in audio:
             continue
         started = time.perf_counter()
-        ours = pipeline.seal(seg.key, chunk, seg.resolved)
+        ours = pipeline.seal(seg.key, chunk, seg.resolved, render_seconds=round(spent, 4))
         flight = flights[seg.key]
         flight.chunk(chunk)
+        reason = pipeline.refusal(seg.key, seg.resolved, caller, chunk)
+        if reason is not None:  # served to whoever waits for it, stored nowhere
+            flight.land(Result(ours, seg.key, "bypass", "engine", seconds_since(started),
+                               False, reason=reason))
+            refused[seg.key] = reason
+            audio[seg.key] = chunk
+            continue
         flight.settle(Result(ours, seg.key, "miss", "engine", seconds_since(started)))
         entry, stored = pipeline.store(ours, seg.resolved)
         if pipeline.engine.segments_context_free:  # its key is a request key: keep its lineage

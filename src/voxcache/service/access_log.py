@@ -63,16 +63,23 @@ class AccessLog:
             # A failed or cancelled request is logged too, with the status it got (if any).
             # makeRecord + handle is log.info without its stack walk for the caller's line
             # (meaningless here; about a third of the line's cost).
-            log.handle(log.makeRecord(log.name, logging.INFO, __file__, 0, _FORMAT, (
+            reason = seen.get("reason")
+            # a take refused by a text rule: its key (a hash of private text) is not logged
+            key = "-" if reason and reason.startswith("admission:") else seen.get("key", "-")
+            log.handle(log.makeRecord(log.name, logging.INFO, __file__, 0,
+                                      _FORMAT_REASON if reason else _FORMAT, (
                 scope["method"], _path(scope), seen.get("status", "-"), seen.get("cache", "-"),
-                seen.get("tier", "-"), seen.get("key", "-")[:KEY_SHOWN],
-                (time.perf_counter() - started) * 1000), None))
+                seen.get("tier", "-"), key[:KEY_SHOWN],
+                (time.perf_counter() - started) * 1000, *((reason,) if reason else ())), None))
 
 
 _FORMAT = "method=%s path=%s status=%s cache=%s tier=%s key=%s ms=%.1f"
 
 
-_HEADERS = {b"x-cache": "cache", b"x-cache-tier": "tier", b"x-cache-key": "key"}
+_FORMAT_REASON = _FORMAT + " reason=%s"
+"""A take the storing gate refused: why (``admission:<class>``, ``quality:<reason>``)."""
+_HEADERS = {b"x-cache": "cache", b"x-cache-tier": "tier", b"x-cache-key": "key",
+            b"x-cache-reason": "reason"}
 
 
 def _path(scope: Scope) -> str:

@@ -58,7 +58,8 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
     cached = cached or open_cached_engine(settings)
     admission = Admission(options.render_concurrency, options.render_queue, options.io_threads)
     metrics = Metrics(cached.cache, lambda: admission.queued, lambda: admission.running,
-                      upstream=getattr(cached.engine, "reachability", None))
+                      upstream=getattr(cached.engine, "reachability", None),
+                      savings=cached.savings)
     server = Server(cached, admission, metrics, options.request_timeout,
                     multi_tenant=bool(options.api_keys))
 
@@ -73,6 +74,7 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
         log.info("stopping (%s): finishing renders, closing the cache", stop.reason)
         stop_waiting_now(cached.engine)  # an upstream call still running must not hold it
         admission.shutdown()
+        cached.savings.close()  # the ledger's last additions, before the index closes
         cached.cache.close()
         log.info("stopped (%s): process %d", stop.reason, os.getpid())
 

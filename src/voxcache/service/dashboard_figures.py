@@ -19,6 +19,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..entry import CorruptEntry, decode
+from ..policies import savings
+from ..policies.admit import recent_refusals, refusal_counts
 from ..policies.usage import request_from_payload
 from ..tiers.entry_files import NotAnEntryFile, read_entry_file
 from .dashboard_series import SeriesMemo, hit_rate, hits_and_misses, recent, series
@@ -120,9 +122,12 @@ class Figures:
             "service": {"engine": engine.id, "model_revision": engine.model_revision},
             "top_misses": self._top("missed", viewer), "top_hits": self._top("hits", viewer),
         }
+        doc["savings"] = self._savings(viewer.tenant)
         if not viewer.admin:
             doc["storage"] = self._tenant_storage(viewer.tenant)
             doc["usage"] = self._tenant_usage(viewer.tenant)
+            doc["refusals"] = {"by_reason": {}, "recent": recent_refusals(
+                self.server.cache, TOP, viewer.tenant)}
             return doc
         now = time.time()
         counters, gauges, shared = self.server.metrics.workers_view()
@@ -134,6 +139,8 @@ class Figures:
         doc["renders"] = self._renders(counters, gauges, stats["counters"])
         doc["requests"] = _requests(counters)
         doc["storage"] = self._storage(stats, gauges)
+        doc["refusals"] = {"by_reason": refusal_counts(stats["counters"]),
+                           "recent": recent_refusals(self.server.cache, TOP)}
         doc["latency"] = None
         doc["series"] = None
         if shared:
@@ -144,6 +151,19 @@ class Figures:
         return doc
 
     # -- parts --------------------------------------------------------------------
+    def _savings(self, tenant: str | None) -> dict[str, Any]:
+        """The savings ledger of this folder (a tenant sees its own rows)."""
+        ledger = self.server.cached.savings
+        try:
+            ledger.flush()
+            rows = savings.totals(savings.rows(self.server.cache, tenant=tenant),
+                                  ledger.settings)
+        except sqlite3.Error:
+            rows = []
+        return {"currency": ledger.settings.currency, "rows": rows[:50],
+                "total": {name: round(sum(r[name] for r in rows), 6)
+                          for name in ("hits", "chars", "seconds", "money")}}
+
     def _tiers(self) -> list[dict[str, Any]]:
         health = self.server.cache.tiers.health()
         return [{"name": tier.name, "durable": tier.durable, "state": health[tier.name].state,

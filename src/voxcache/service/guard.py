@@ -95,6 +95,26 @@ def tenant_for(keys: dict[str, str], headers: Mapping[str, str]) -> str | None:
     return None
 
 
+def caller_of(request: Request, tenant: str) -> str | None:
+    """Who asks, as the tenant's ``[admission] caller`` names them — the API key presented,
+    a header, or the peer's address — for ``admit_after``; None when the tenant does not
+    count callers or the request does not say. The gate keeps only a hash of it."""
+    gate = request.app.state.server.cached.gate
+    if not gate.counts_callers:
+        return None
+    admission = gate.settings.for_tenant(tenant)
+    if admission.admit_after <= 1:
+        return None
+    spec = admission.caller
+    if spec == "api_key":
+        value = presented_key(request.headers)
+    elif spec == "client":
+        value = request.client.host if request.client is not None else None
+    else:
+        value = request.headers.get(spec.removeprefix("header:"))
+    return value or None
+
+
 def _one_of(keys: Collection[str], given: str) -> bool:
     """True when ``given`` is one of ``keys`` (compared in constant time per key)."""
     return any(hmac.compare_digest(key.encode(), given.encode()) for key in keys)

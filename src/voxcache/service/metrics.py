@@ -14,6 +14,7 @@ Every name is documented in docs/metrics.md.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
@@ -32,6 +33,8 @@ from prometheus_client.registry import Collector
 
 from ..cache import Cache
 from ..entry import Entry
+from ..policies import savings as ledger
+from ..policies.admit import refusal_counts
 from ..stages.figures import EVENTS as STAGE_EVENTS
 from ..stages.figures import stage_figures
 from .history import History, HistoryUnavailable, Sample, sample
@@ -65,10 +68,13 @@ class Metrics:
 
     def __init__(self, cache: Cache, queue_depth: Callable[[], int],
                  running: Callable[[], int],
-                 upstream: Callable[[], list[dict[str, Any]]] | None = None) -> None:
+                 upstream: Callable[[], list[dict[str, Any]]] | None = None,
+                 savings: ledger.Ledger | None = None) -> None:
         self.cache = cache
         self.upstream = upstream
         """A gateway's or edge's ``engine.reachability`` (None for an embedded engine)."""
+        self.savings = savings
+        """The savings ledger (flushed before each scrape, so this worker's hits are in)."""
         self.local = CollectorRegistry()
         """This process's own counters (published to the history, summed on export)."""
         r = self.local
@@ -213,6 +219,35 @@ class _Collector(Collector):
                 events.add_metric([name], 0)
         yield events
         yield from stage_families(stats["counters"])  # stage caches (issue 12)
+        yield from refusal_families(stats["counters"])
+        yield from self._savings()
+
+    def _savings(self) -> Iterator[Any]:
+        """The savings ledger of the cache folder (every worker, since it was created)."""
+        books = self.metrics.savings
+        families = {
+            "hits": CounterMetricFamily("voxcache_savings_hits", "Takes served from the cache, "
+                                        "per tenant and voice (the savings ledger)",
+                                        labels=["tenant", "voice"]),
+            "chars": CounterMetricFamily("voxcache_savings_characters", "Characters of text "
+                                         "served from the cache, per tenant and voice",
+                                         labels=["tenant", "voice"]),
+            "seconds": CounterMetricFamily("voxcache_savings_engine_seconds", "Engine seconds "
+                                           "the takes served from the cache cost when rendered",
+                                           labels=["tenant", "voice"]),
+            "money": CounterMetricFamily("voxcache_savings_money", "What the takes served from "
+                                         "the cache would have cost at the [savings] prices",
+                                         labels=["tenant", "voice", "currency"]),
+        }
+        if books is not None:
+            with contextlib.suppress(sqlite3.Error):
+                books.flush()
+                for row in ledger.totals(ledger.rows(self.cache), books.settings):
+                    labels = [row["tenant"], row["voice"]]
+                    for name in ("hits", "chars", "seconds"):
+                        families[name].add_metric(labels, row[name])
+                    families["money"].add_metric([*labels, row["currency"]], row["money"])
+        yield from families.values()
 
     def _workers(self, counters: dict[Sample, float], gauges: dict[Sample, float]
                  ) -> Iterator[Any]:
@@ -312,6 +347,33 @@ def stage_families(counters: dict[str, int]) -> Iterator[Any]:
         spent.add_metric([kind], figure["compute_seconds"])
     yield from (events, written, saved, spent)
 # -- end of stage caches --
+
+REFUSAL_REASONS = ("admission:admit_after", "quality:nonfinite", "quality:clipping",
+                   "quality:dc", "quality:silence", "quality:runaway", "quality:truncated",
+                   "quality:inner_silence", "quality:asr")
+"""Refusal reasons exported at 0 before they first happen (the classes a deployment uses
+appear with their first refusal)."""
+
+
+def refusal_families(counters: dict[str, int]) -> Iterator[Any]:
+    """Takes the storing gate refused, by stage and reason, and what the gate cost."""
+    refused = CounterMetricFamily("voxcache_refusals", "Takes served but not stored, by "
+                                  "the storing gate's stage (admission, quality) and reason "
+                                  "(a text class, admit_after, a quality check)",
+                                  labels=["stage", "reason"])
+    found = {reason: 0 for reason in REFUSAL_REASONS} | refusal_counts(counters)
+    for reason, value in sorted(found.items()):
+        stage, _, why = reason.partition(":")
+        refused.add_metric([stage, why], value)
+    checks = CounterMetricFamily("voxcache_gate_checks", "Takes the quality gate checked "
+                                 "(signal checks, ASR round trips)", labels=["check"])
+    spent = CounterMetricFamily("voxcache_gate_seconds", "Time the quality gate spent, by check",
+                                labels=["check"])
+    checks.add_metric(["signal"], counters.get("gate_checks", 0))
+    checks.add_metric(["asr"], counters.get("gate_asr_checks", 0))
+    spent.add_metric(["signal"], counters.get("gate_check_us", 0) / 1e6)
+    spent.add_metric(["asr"], counters.get("gate_asr_ms", 0) / 1e3)
+    yield from (refused, checks, spent)
 
 
 def _caps(disk: dict[str, Any]) -> Iterator[Any]:

@@ -82,22 +82,32 @@ def cache_headers(take: Take, fmt: Format) -> dict[str, str]:
     if take.segments is not None:
         headers["X-Cache-Segments-Hit"], headers["X-Cache-Segments-Rendered"] = map(
             str, take.segments)
+    if take.reason:  # why it was not stored (a class name or a check, never the text)
+        headers["X-Cache-Reason"] = take.reason
     return headers
 
 
 async def whole(server: Server, take: Take, fmt: Format, started: float) -> Response:
     """The take as one body with Content-Length."""
     assert take.entry is not None
-    parts = await delivered(server, take.entry, fmt)
+    stored = take.result is None or take.result.stored
+    parts = await delivered(server, take.entry, fmt, stored)
     server.metrics.first_audio(take.cache, time.perf_counter() - started)
     return AudioResponse(parts, media_type=media_type(fmt, take.sample_rate),
                          headers=cache_headers(take, fmt))
 
 
-async def delivered(server: Server, entry: Entry, fmt: Format) -> tuple[Part, ...]:
+async def delivered(server: Server, entry: Entry, fmt: Format,
+                    stored: bool = True) -> tuple[Part, ...]:
     """The entry in ``fmt``, as parts to send in order: a plain WAV header and the stored
     samples, the stored samples alone (pcm at the take's rate), or a cached ``encoded``
-    entry (memory and disk; encoded in the I/O pool the first time)."""
+    entry (memory and disk; encoded in the I/O pool the first time). A take that is not
+    stored (refused by the storing gate, a bypass) is encoded and kept nowhere."""
+    if not stored:
+        header = entry.header
+        if passthrough(fmt, header.sample_rate):
+            return held_parts(server, entry, fmt) or ()
+        return (await server.admission.read(encode, entry.audio(), fmt),)
     parts = held_parts(server, entry, fmt)
     if parts is not None:
         return parts
@@ -174,7 +184,8 @@ async def _sse(server: Server, take: Take, fmt: Format, first: Audio,
     block, rate = first.channels * SAMPLE_WIDTH, first.sample_rate
     if not take.streaming:
         assert take.entry is not None
-        yield _event(b"".join(await delivered(server, take.entry, fmt)))
+        stored = take.result is None or take.result.stored
+        yield _event(b"".join(await delivered(server, take.entry, fmt, stored)))
         frames, rate = take.entry.header.length // block, take.entry.header.sample_rate
     elif fmt.name in RAW_STREAMS:
         rate, sent = fmt.rate_for(first.sample_rate), 0

@@ -33,7 +33,7 @@ from ..formats import Format, lookup
 from ..policies.seeds import parse_seed_policy
 from ..request import SynthesisRequest
 from .errors import FieldRefusal, VoiceClipDropped
-from .guard import render_priority, tenant_of
+from .guard import caller_of, render_priority, tenant_of
 from .options import OPENAI_MODELS, OPENAI_VOICES
 from .respond import STREAMABLE, streamed, whole
 from .schemas import SpeechRequest, SynthesizeRequest
@@ -132,6 +132,7 @@ async def _serve(request: Request, route: str, core: SynthesisRequest, fmt: Form
                  memo: Identity | None = None) -> Response:
     server: Server = request.app.state.server
     mode = _cache_mode(request, mode)
+    core = dataclasses.replace(core, caller=caller_of(request, core.tenant))
     if stream and not sse and fmt.name not in STREAMABLE:
         stream = False  # flac (and aac) are delivered whole: they cannot be cut while encoded
     private = getattr(request.state, "private_voice", None)

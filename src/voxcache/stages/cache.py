@@ -251,6 +251,9 @@ class _Artifact:
                              time.perf_counter() - self.started, entry)
         return Made(result, entry, inputs.tenant)
 
+    def admit(self, made: Made[StageResult]) -> Made[StageResult]:
+        return made  # stage artifacts are not takes: the storing gate is for takes
+
     def published(self, made: StageResult, held: Entry | None) -> StageResult:
         if held is None or held is made.entry or held.blob == made.entry.blob or (
                 not self._belongs(held)):  # never another tenant's

@@ -84,6 +84,28 @@ CREATE TABLE IF NOT EXISTS pack_sequences (
     digest TEXT NOT NULL,
     at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS savings (
+    bucket INTEGER NOT NULL,
+    tenant TEXT NOT NULL,
+    voice TEXT NOT NULL,
+    hits INTEGER NOT NULL,
+    chars INTEGER NOT NULL,
+    seconds REAL NOT NULL,
+    PRIMARY KEY (bucket, tenant, voice)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS callers (
+    key TEXT NOT NULL,
+    caller TEXT NOT NULL,
+    seen REAL NOT NULL,
+    PRIMARY KEY (key, caller)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS refused (
+    key TEXT PRIMARY KEY,
+    reason TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    at REAL NOT NULL,
+    times INTEGER NOT NULL
+);
 """
 
 MIGRATIONS: tuple[tuple[str, str], ...] = (
@@ -97,10 +119,12 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
 )
 """Columns added since the first schema, with the statements that add each to an old index."""
 
-DURABLE_TABLES = ("purged", "pack_sequences")
+DURABLE_TABLES = ("purged", "pack_sequences", "savings", "callers", "refused")
 """Tables that are not derived from the files, so a rebuild of the index must carry them
-over (``carry_over``): purged keys (``tiers.purged``) and the pack sequences seen per
-publisher (``packs.sequence``). Added to an old index by the schema itself."""
+over (``carry_over``): purged keys (``tiers.purged``), the pack sequences seen per
+publisher (``packs.sequence``), the savings ledger (``policies.savings``), the distinct
+callers of keys not yet admitted and the takes the quality gate refused
+(``policies.admit``). Added to an old index by the schema itself."""
 
 SALVAGED = ("counters", *DURABLE_TABLES)
 """What a rebuild from the files cannot know, so it is carried over (``carry_over``)."""

@@ -39,6 +39,8 @@ LOCAL_TIERS = ("memory", "disk")
 FOLD_SECONDS = 2.0
 LEASE_BACKOFF = 1.0
 """Longest the render leases stay failed open after Redis answers again."""
+RedisAccess = tuple[Callable[[], Any], Callable[..., str], Callable[..., Any]]
+"""A Redis client factory, a key's record name, and the breaker's guard."""
 FOLDED_TOO = {"corruptions": "corruptions"}
 """Shared-tier counts that also go into the folder-wide counter of the same meaning (a
 corruption detected in Redis is a corruption: the alert on ``corruptions`` fires)."""
@@ -84,10 +86,14 @@ class Nodes:
         self._count = count
         self.bus: Bus | None = None
         self.leases: Leases | None = None
+        self._redis_access: RedisAccess | None = None
         redis = next((tier for tier in shared if tier.name == "redis"), None)
         if redis is not None:
             inner: Any = redis
             guard = functools.partial(stack.call, redis)
+            prefix = inner.keys.prefix
+            self._redis_access = (inner.client, lambda key, what="callers":
+                                  f"{prefix}{{{key}}}:{what}", guard)
             # the leases under a breaker of their own: back within LEASE_BACKOFF of Redis
             # answering again, whatever the data breaker's back-off
             lease_guard = stack.guard(redis, "leases", LEASE_BACKOFF)
@@ -105,6 +111,13 @@ class Nodes:
             self._folder = threading.Thread(target=self._fold_loop, name="voxcache-fold",
                                             daemon=True)
             self._folder.start()
+
+    def redis_access(self) -> RedisAccess | None:
+        """(client, name of a key's record, guard) for the small records kept beside the
+        takes in Redis (the distinct callers of a key: ``policies.admit``); None without
+        a Redis tier. Every call runs under the Redis tier's breaker (``guard(operation,
+        fn, default)``)."""
+        return self._redis_access
 
     def settle(self, key: str, timeout: float) -> bool:
         """Wait until the shared tiers' queued writes of ``key`` are done (the render

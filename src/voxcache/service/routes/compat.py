@@ -100,6 +100,8 @@ async def serve(request: Request, core: SynthesisRequest, route: str) -> Served:
         result = await _cached(request).asynthesize(core)
         headers = {"X-Cache": result.cache.upper(), "X-Cache-Tier": result.tier,
                    "X-Cache-Key": result.key, "ETag": f'"{result.key}"'}
+        if result.reason:
+            headers["X-Cache-Reason"] = result.reason
         return Served(result.wav, result.audio, headers)
     from ...formats import lookup
     from ..respond import cache_headers
@@ -108,6 +110,7 @@ async def serve(request: Request, core: SynthesisRequest, route: str) -> Served:
     if mode not in MODES:
         raise InvalidParameter(f"X-Cache-Mode must be one of {', '.join(MODES)}, got {mode!r}")
     started = time.perf_counter()
+    core = _with_caller(request, core)
     resolved, key = await server.resolve(core)
     take = await server.take(resolved, key, mode, request=core)
     server.metrics.first_audio(take.cache, time.perf_counter() - started)
@@ -133,6 +136,7 @@ async def serve_streamed(request: Request, core: SynthesisRequest, route: str) -
     if mode not in MODES:
         raise InvalidParameter(f"X-Cache-Mode must be one of {', '.join(MODES)}, got {mode!r}")
     started = time.perf_counter()
+    core = _with_caller(request, core)
     resolved, key = await server.resolve(core)
     take = await server.take(resolved, key, mode, stream=True, request=core)
     chunks = take.chunks(server.timeout)
@@ -140,6 +144,15 @@ async def serve_streamed(request: Request, core: SynthesisRequest, route: str) -
     server.metrics.first_audio(take.cache, time.perf_counter() - started)
     server.metrics.request(route, take.cache, 200)
     return Streamed(first, chunks, cache_headers(take, lookup("wav")))
+
+
+def _with_caller(request: Request, core: SynthesisRequest) -> SynthesisRequest:
+    """``core`` with who asks (``[admission] caller``), for ``admit_after``."""
+    from dataclasses import replace
+
+    from ..guard import caller_of
+
+    return replace(core, caller=caller_of(request, core.tenant))
 
 
 async def _nothing() -> AsyncIterator[Audio]:

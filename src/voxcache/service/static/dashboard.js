@@ -387,6 +387,7 @@ async function refresh() {
   if (admin) drawAdmin(doc); else drawTenant(doc);
   drawTop($("top-misses"), doc.top_misses, true);
   drawTop($("top-hits"), doc.top_hits, false);
+  drawGate(doc);
   $("updated").textContent = "updated " + new Date().toLocaleTimeString();
   document.body.dataset.refreshed = String(Date.now());
   schedule(Math.max(1, doc.interval));
@@ -397,6 +398,37 @@ function show(admin) {
   for (const node of document.querySelectorAll(".admin-only")) node.hidden = admin !== true;
   for (const node of document.querySelectorAll(".tenant-only")) node.hidden = admin !== false;
   $("tops").hidden = admin === null;
+  $("gate").hidden = admin === null;
+}
+
+// -- the savings ledger and the storing gate (docs/admission.md) ------------------------
+function drawGate(doc) {
+  const s = doc.savings || { rows: [], total: {}, currency: "" };
+  const table = $("savings");
+  table.replaceChildren();
+  row(table, ["tenant", "voice", "hits", "characters", "engine s", s.currency], true);
+  for (const r of s.rows) {
+    row(table, [r.tenant, r.voice, { text: int(r.hits), cls: "num" },
+                { text: int(r.chars), cls: "num" }, { text: r.seconds.toFixed(2), cls: "num" },
+                { text: r.money.toFixed(4), cls: "num" }]);
+  }
+  const t = s.total || {};
+  $("savings-total").textContent = `total: ${int(t.hits || 0)} hits, ` +
+    `${(t.seconds || 0).toFixed(1)} engine seconds, ${(t.money || 0).toFixed(2)} ${s.currency}`;
+  const g = doc.refusals || { by_reason: {}, recent: [] };
+  const reasons = $("not-stored");
+  reasons.replaceChildren();
+  row(reasons, ["not stored because", "takes"], true);
+  for (const [reason, n] of Object.entries(g.by_reason)) {
+    row(reasons, [reason, { text: int(n), cls: "num" }]);
+  }
+  const keys = $("refused-keys");
+  keys.replaceChildren();
+  if (g.recent.length) row(keys, ["key", "reason", "times"], true);
+  for (const r of g.recent) {
+    row(keys, [{ text: r.key.slice(0, 16), cls: "mono" }, r.reason,
+               { text: int(r.times), cls: "num" }]);
+  }
 }
 
 function schedule(seconds) {

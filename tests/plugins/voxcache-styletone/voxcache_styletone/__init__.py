@@ -43,6 +43,7 @@ class StyleToneEngine(Engine):
     supports_seed = True
     determinism = "seeded"
     concurrent_renders = False
+    speech = False  # tones, 83 characters a second: the quality gate's speech checks do not apply
     segment_gap = 0.25
     tensor_voice = TensorVoice((WIDTH,), "float32")
     params = {
