@@ -11,11 +11,16 @@ from voxcache.errors import InvalidParameter, UnsupportedFeature
 from voxcache.request import SynthesisRequest
 
 RATE = 16000
+FRAMES_PER_CHAR = int(0.18 * RATE)
+"""About the time a Chinese or Japanese character takes to say."""
 
 
 def _tone(text: str) -> tuple[np.ndarray, int]:
-    """Samples that differ with the text, so takes can be told apart."""
-    return np.full(160 * len(text), (len(text) % 50) / 100, dtype=np.float32), RATE
+    """A tone whose pitch differs with the text, so takes can be told apart, about as long as
+    speech of the text (a constant or a blip would be a take the storing gate refuses)."""
+    frames = int(FRAMES_PER_CHAR * len(text))
+    return 0.3 * np.sin(np.arange(frames) * (0.05 + (len(text) % 50) / 500),
+                        dtype=np.float32), RATE
 
 
 def test_a_function_that_does_not_say_its_language_is_refused(cache: Cache) -> None:
@@ -125,7 +130,7 @@ def test_segments_call_the_function_per_sentence_and_reuse_sentences(cache: Cach
 
     first = speak("いらっしゃいませ。本日のおすすめは豚の角煮です！")
     assert calls == ["いらっしゃいませ。", "本日のおすすめは豚の角煮です！"]
-    frames = 160 * (len("いらっしゃいませ。") + len("本日のおすすめは豚の角煮です！"))
+    frames = FRAMES_PER_CHAR * (len("いらっしゃいませ。") + len("本日のおすすめは豚の角煮です！"))
     assert first.audio.frames == frames + round(0.1 * RATE)  # one gap between the two
 
     calls.clear()

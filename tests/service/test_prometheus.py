@@ -135,7 +135,7 @@ def test_prometheus_loads_the_shipped_rules_and_evaluates_every_one(service, pro
 
     rules = until(evaluated)
     assert rules, "the rules were never evaluated"
-    assert len(rules) == 11
+    assert len(rules) == 12
     assert all(rule["health"] == "ok" for rule in rules), [
         (r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"]
 
@@ -173,7 +173,7 @@ def test_promtool_passes_the_shipped_rules() -> None:
     checked = subprocess.run([str(PROMTOOL), "check", "rules", str(RULES)],
                              capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 11 rules found" in checked.stdout
+    assert "SUCCESS: 12 rules found" in checked.stdout
 
 
 @needs_prometheus
