@@ -31,17 +31,16 @@ from .test_nodes import _stampede
 pytestmark = [pytest.mark.piper, pytest.mark.slow]
 
 ROUNDS = 20
-EACH = 3
+EACH = 2
 """Concurrent identical requests per node per round."""
-PHRASES = [f"Announcement {word}: the train to {place} leaves from platform {n}."
-           for n, (word, place) in enumerate(zip(
-               ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
-                "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
-                "eighteen", "nineteen", "twenty", "twenty-one", "twenty-two"],
-               ["Leeds", "York", "Bath", "Derby", "Exeter", "Dover", "Ely", "Hull", "Wells",
-                "Truro", "Ripon", "Lincoln", "Durham", "Carlisle", "Preston", "Chester",
-                "Oxford", "Salford", "Bangor", "Perth", "Stirling", "Inverness"],
-               strict=True), start=1)]
+PHRASES = [f"{place}, platform {word}." for word, place in zip(
+    ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+     "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
+     "nineteen", "twenty"],
+    ["Leeds", "York", "Bath", "Derby", "Exeter", "Dover", "Ely", "Hull", "Wells", "Truro",
+     "Ripon", "Lincoln", "Durham", "Carlisle", "Preston", "Chester", "Oxford", "Salford",
+     "Bangor", "Perth"], strict=True)]
+"""Short phrases: a round is three renders on loaded cores, and twenty rounds are asked."""
 
 
 @contextlib.contextmanager
@@ -75,7 +74,7 @@ def test_duplicate_renders_converge_on_the_first_published_take(
     bucket = new_bucket(s3_server)
     with SlowRedisProxy(redis_server.port, delay=0.8, match=b":lease") as proxy:
         tiers = ["memory", "disk", f"{proxy.url}?prefix={new_prefix()}", f"s3://{bucket}/p"]
-        with nodes(tmp_path, tiers, engine="piper", env=s3_server.env) as group, cpu_hogs(2):
+        with nodes(tmp_path, tiers, engine="piper", env=s3_server.env) as group, cpu_hogs(1):
             rows = []
             for text in PHRASES[:ROUNDS]:
                 before = sum(node.syntheses() for node in group)
