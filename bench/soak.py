@@ -38,6 +38,9 @@ HOT_PHRASES = 200
 RENDER_DELAY = 0.2
 """Simulated model seconds per sentence (the tone engine's ``delay``)."""
 RENDER_SLOTS = 2
+MEMORY_BUDGET = "64MiB"
+"""The memory tier's budget per kind: the misses fill it within minutes, after which a
+process's memory must stay flat (with the default 256 MiB it takes about 15 minutes)."""
 
 
 @dataclass
@@ -91,7 +94,8 @@ def shared_servers(work: Path, nodes: int) -> Iterator[tuple[RedisServer, MotoS3
 def serve_nodes(work: Path, count: int, tiers: list[str], env: dict[str, str]
                 ) -> Iterator[list[Node]]:
     config = work / "voxcache.toml"
-    config.write_text(f"tiers = {json.dumps(tiers)}\n[service]\nrender_concurrency = "
+    config.write_text(f"tiers = {json.dumps(tiers)}\nmemory_budget = \"{MEMORY_BUDGET}\"\n"
+                      f"[service]\nrender_concurrency = "
                       f"{RENDER_SLOTS}\nrender_queue = 8\naccess_log = false\n")
     clean = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
     started: list[Node] = []
@@ -317,7 +321,7 @@ def soak(minutes: float, count: int, out: Path) -> dict[str, Any]:
             summary = summarize(result, nodes)
             summary["plots"] = [str(p) for p in plot(result, nodes, out, label)]
     summary.update({"minutes": minutes, "nodes_count": count, "render_slots": RENDER_SLOTS,
-                    "render_delay": RENDER_DELAY})
+                    "render_delay": RENDER_DELAY, "memory_budget": MEMORY_BUDGET})
     (out / f"soak-{count}.json").write_text(json.dumps({"summary": summary, **result},
                                                        indent=1))
     return summary
