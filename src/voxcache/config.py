@@ -1,13 +1,9 @@
 """Settings: one TOML file plus ``VOXCACHE_*`` environment variables.
 
-This is the only module that reads the environment or a config file. Order of
-precedence, lowest first: defaults, the TOML file, environment variables,
-command-line options. Sizes accept units (``512MB``, ``5GiB``).
-
-Several nodes share takes through the tier list: ``tiers = ["memory", "disk",
-"redis://host:6379/0", "s3://bucket/prefix"]`` in the file, or
-``VOXCACHE_TIERS=memory,disk,redis://host:6379/0,s3://bucket/prefix``; the S3 endpoint and
-credentials come from the standard AWS variables, read by boto3 itself.
+The only module that reads the environment or a config file. Precedence, lowest first:
+defaults, the TOML file, environment variables, command-line options. Sizes take units
+(``512MB``, ``5GiB``); shared tiers are URLs in the tier list (``tiers = ["memory",
+"disk", "redis://…", "s3://bucket/prefix"]``). docs/settings.md is written from here.
 """
 
 from __future__ import annotations

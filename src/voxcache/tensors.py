@@ -1,26 +1,10 @@
 """Tensor entries: a standard safetensors file with voxcache's envelope in ``__metadata__``.
 
-Embeddings, prompt features, token takes and session state are arrays, so they
-are stored as the file format the model world already reads: any safetensors
-loader (``safetensors.numpy.load_file``, ``safe_open``, the Rust crate) opens a
-cache file as it is, and nothing in it can execute code when loaded — no pickle
-on either side. torch tensors are converted to numpy at the boundary
-(``as_numpy``), so this module never imports torch.
-
-``__metadata__`` holds exactly one key, ``voxcache``, whose value is the canonical
-JSON ``{"checksum": …, "header": …}``: the same header audio entries carry (kind,
-key, created/expiry, tenant and the inputs' description in ``meta``) and an
-XXH3-128 over that header, the tensors' descriptors (names, dtypes, shapes,
-offsets) and the data section. One key, because the Rust writer keeps metadata
-in a hash map whose order changes from process to process.
-
-``decode_tensor_entry`` verifies every byte: the checksum covers the header, the
-descriptors and every data byte; every other byte (the length prefix, the JSON
-punctuation, order, spacing, escapes and padding) is compared with the header the
-library writes for those values, rebuilt from the rules it writes by (checked against
-the installed library in ``tests/core/test_hit_path_verification.py``) — not by
-loading the tensors and serialising them again, which cost ~15 µs a hit. A flip
-anywhere is a ``CorruptEntry`` — which the tiers turn into a miss plus a quarantine.
+Any safetensors loader opens a cache file as it is, and nothing in it can execute code
+(no pickle on either side; torch tensors become numpy at the boundary, ``as_numpy``).
+``__metadata__`` holds one key, ``voxcache``: the entry header and an XXH3-128 over it, the
+tensors' descriptors and the data. ``decode_tensor_entry`` verifies every byte without
+re-serialising; a flip anywhere is ``CorruptEntry``. docs/stages.md, "Storage".
 """
 
 from __future__ import annotations

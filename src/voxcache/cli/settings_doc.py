@@ -1,12 +1,10 @@
 """docs/settings.md, written from the settings code: every setting, where it is spelt, its
 default and what it means.
 
-Each settings class (``Settings``, ``ServiceOptions``, ``DashboardSettings``,
-``PackSettings``) documents each field in the docstring under it; this module reads
-those docstrings from the source (``ast``: they are not kept at run time), the
-defaults from the dataclasses and the environment names from the rules the loaders
-follow, so the reference cannot drift from the code: ``tests/core/test_settings_doc.py``
-fails when a field has no docstring or docs/settings.md is not what this writes.
+Each settings class documents each field in the docstring under it; this module reads
+them from the source (``ast``), the defaults from the dataclasses and the environment
+names from the loaders' rules, so the reference cannot drift from the code
+(``tests/core/test_settings_doc.py`` fails when it would).
 
     python -m voxcache.cli.settings_doc > docs/settings.md
 """

@@ -1,16 +1,9 @@
 """``pack export``: write the selected entries, exactly as stored, into one signed file.
 
-Two passes over the selected files. The first reads and verifies each one (the
-same full check a read from the cache makes: a damaged or expired file is left
-out and reported, never shipped) and hashes it, so the manifest — which must come
-first in the file and be signed — can name every entry's BLAKE3. The second reads
-each file again and writes it; entries are immutable, so it must hash the same,
-and an entry evicted or replaced between the passes stops the export with an error
-rather than ship a pack whose manifest lies.
-
-Every pack also carries the next sequence of its signing key and this node's
-tombstones (``provenance``): an importer never goes back to an older pack, and forgets
-what was purged here.
+Two passes: the first verifies and hashes each file (a damaged or expired one is left out
+and reported) so the signed manifest, first in the file, names every BLAKE3; the second
+writes them, and an entry that changed between passes stops the export. Every pack
+carries its signer's next sequence and this node's tombstones. docs/edge.md.
 """
 
 from __future__ import annotations

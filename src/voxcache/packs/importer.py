@@ -1,20 +1,11 @@
 """``pack import``: verify a pack, then store each entry it names, first writer wins.
 
-Order of trust: the manifest and its signature are the first two members, and the
-signature is checked against the trusted keys before anything else is read —
-an untrusted or altered pack imports nothing. Then the pack's place among its
-publisher's (``packs.sequence``): an older pack than one already taken from the same
-key imports nothing. Then the publisher's tombstones are applied (``tiers.purged``:
-what was purged there goes here too, and is remembered). Then each entry must be
-exactly what its manifest line says: the member's name is the line's path (a member
-no line names is refused), its size the line's size (checked before a byte is read),
-its BLAKE3 the line's, its envelope must verify under the line's key (so the file was
-stored under that key: a swapped entry fails here even with a valid checksum), and
-its kind and tenant must agree with the line; and no purge recorded here may cover it.
-Only then is it written, through the cache, with the disk tier's atomic publish — a
-killed import leaves whole entries or none, and running it again imports the rest
-(what is already stored is skipped). An entry that fails is refused and reported; the
-others are imported. Every line of the manifest ends in exactly one list of the report.
+Order of trust: the signature (before anything else is read), the pack's sequence (never
+an older pack of one publisher), the publisher's tombstones; then each entry must be
+exactly what its manifest line says (name, size before a byte is read, BLAKE3, envelope
+under the line's key, kind, tenant, not purged here) before it is written with the disk
+tier's atomic publish. A failed entry is refused and reported; every manifest line ends
+in one list of the report. docs/edge.md, "What an import checks, in order".
 """
 
 from __future__ import annotations

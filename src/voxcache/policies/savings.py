@@ -1,19 +1,10 @@
 """The savings ledger: what the takes served from the cache would have cost the engine.
 
-Every hit adds its tenant's and voice's figures: one hit, the characters of its text,
-and the engine seconds its take cost when it was rendered (``render_seconds`` in the
-envelope). Counting must not slow a hit, so the request path adds to a dictionary in
-memory; a background thread (and ``flush``/exit) folds it every ``FLUSH_SECONDS`` into
-the ``savings`` table of the cache folder's index database, one row per hour, tenant
-and voice. The table is durable (a rebuilt index carries it over), every worker adds
-to it, and it outlives restarts; money is computed when read, at the configured
-prices (``[savings]``), so a price change re-values the past consistently.
-
-Several nodes: each node's ledger is its own folder's. With a Redis tier each node
-also mirrors its rows into one Redis hash (``<prefix>{savings}:ledger``, a field per
-node, hour, tenant and voice holding the node's running totals). A mirror write sets
-totals rather than adding to them, so writing twice, or again after Redis comes back,
-never counts anything twice; the fleet's figures are the sum over nodes.
+A hit adds to a dictionary in memory (counting must not slow it); a background thread
+folds it every ``FLUSH_SECONDS`` into the index database's ``savings`` table, one row per
+hour, tenant and voice, durable and shared by workers. Money is computed when read, at
+the configured prices. With Redis each node mirrors its totals into one hash (set, never
+added, so a repeated write counts nothing twice). docs/admission.md, "The savings ledger".
 """
 
 from __future__ import annotations

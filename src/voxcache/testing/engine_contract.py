@@ -1,28 +1,11 @@
 """The contract every engine keeps, as a pytest class to subclass (like ``tier_contract``).
 
-    from voxcache.testing.engine_contract import EngineContract
-
-    class TestMyEngine(EngineContract):
-        @pytest.fixture
-        def engine(self):
-            return MyEngine()
-
-        @pytest.fixture
-        def load_spec(self):            # how `voxcache --engine` names it
-            return "my-engine"
-
-        @pytest.fixture
-        def variant_engine(self, tmp_path):  # the engine with one weight or voice file changed
-            return MyEngine(weights=changed_copy(tmp_path))
-
-What it checks, each against what the engine declares (``voxcache.engine.Engine``):
-its description; that its split agrees with its render (one chunk per part, the parts
-are the text, a part splits into itself) or it declares none; that its pause between
-sentences (``segment_gap``) is in the take on every path; that its model revision is
-the same in another process and changes with a weight or voice file; that declared
-parameters are keyed (waveform-shaping ones only) and undeclared ones refused; that
-it is as deterministic as it says; that its renders are safe to run at once or run one
-at a time; empty, silent, long and Unicode text; and that every chunk is canonical PCM.
+Subclass ``EngineContract`` with fixtures ``engine``, ``load_spec`` (how ``--engine``
+names it) and ``variant_engine`` (one weight or voice file changed); docs/extending.md
+shows one. It checks each promise against what the engine declares: its split agrees with
+its render, ``segment_gap`` is in the take on every path, the model revision is stable
+across processes and changes with the files, declared parameters are keyed and others
+refused, determinism and concurrency as declared, awkward text, canonical PCM chunks.
 """
 
 from __future__ import annotations
