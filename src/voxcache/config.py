@@ -3,7 +3,7 @@
 The only module that reads the environment or a config file. Precedence, lowest first:
 defaults, the TOML file, environment variables, command-line options. Sizes take units
 (``512MB``, ``5GiB``); shared tiers are URLs in the tier list (``tiers = ["memory",
-"disk", "redis://…", "s3://bucket/prefix"]``). docs/settings.md is written from here.
+"disk", "redis://…", "s3://bucket/prefix"]``). docs/operating/settings.md is written from here.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class Settings:
     (``none``: until evicted or purged)."""
     tiers: tuple[str, ...] = LOCAL_TIERS
     """Tiers in read order: ``memory``, ``disk``, then shared ones (``redis://…``, ``s3://…``;
-    docs/cluster.md). TOML: a list; ``VOXCACHE_TIERS``: spellings separated by commas."""
+    docs/operating/cluster.md). TOML: a list; ``VOXCACHE_TIERS``: spellings separated by commas."""
     shared_write_queue: int = DEFAULT_MAX_BYTES
     """Bytes of takes waiting to be written to each shared tier (per process); past it a
     write is shed (counted): the take is served and stored locally, not shared."""

@@ -6,7 +6,7 @@
 
 The function's keyword parameters become the engine's declared parameters (defaults
 filled in before keying, every one waveform-shaping); the model revision and the
-language are required, never guessed. docs/segments.md and README.md have the options.
+language are required, never guessed. docs/internals/segments.md and README.md have the options.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ reference clips, tensors), what it promises (determinism, concurrent renders, ho
 splits text), and ``render`` which yields canonical PCM one sentence at a time.
 Capability flags let the request resolver refuse fields an engine would otherwise
 silently ignore. ``voxcache.testing.engine_contract`` checks every promise;
-docs/extending.md says how to write one.
+docs/internals/extending.md says how to write one.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Every delivery format is an encoding of the stored 16-bit PCM, so mp3 after wav 
 not a render. Encoders are what this machine has, checked at import (libsndfile: flac, mp3,
 Ogg Opus; ffmpeg for AAC); a missing one is refused with the list of what works. A format
 may carry a delivery rate (``Format.at``: OpenAI's 24 kHz ``pcm``), resampled by libsoxr
-through one stateful ``Resampler``, so chunk by chunk equals whole. docs/service.md.
+through one stateful ``Resampler``, so chunk by chunk equals whole. docs/operating/service.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ An edge keys a request as its center does only if it resolves it the same way: e
 model revision, declared parameters and defaults, voices, aliases, languages and
 capability flags. The center serves it (``GET /v1/packs/identity``), every pack manifest
 carries it, and a node records it in ``packs/identity.json`` so an edge whose center is
-unreachable still keys what it holds. docs/edge.md, "The edge".
+unreachable still keys what it holds. docs/operating/edge.md, "The edge".
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 
 Takes, stage artifacts and encoded deliveries load through it, so a key is made once per
 machine and, with Redis, once per fleet; a duplicate that loses publication is dropped.
-A ``Recipe`` says what a kind of value is made of. docs/design.md, "Load once".
+A ``Recipe`` says what a kind of value is made of. docs/internals/design.md, "Load once".
 """
 
 from __future__ import annotations

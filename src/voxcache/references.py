@@ -5,7 +5,7 @@ A path is read only inside the operator's ``reference_roots`` (a tenant under
 ``O_NOFOLLOW`` and checked again by the kernel's name for the open file, regular files
 only, capped in size. Every refusal looks the same to the caller (the reason is logged
 at DEBUG), so an answer says nothing about the world outside the roots.
-docs/security.md, "Reference paths", has the whole story and what it leaves out.
+docs/operating/security.md, "Reference paths", has the whole story and what it leaves out.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ over chunks (``chunk``), settles the value (``settle``) and lands the published 
 (``land``, what later joiners get). Threads wait on a condition, coroutines on one future
 per event loop. Across processes the leader holds a per-key ``flock`` (dropped by the
 kernel when a process dies); every wait is bounded, and a waiter that gives up renders
-itself — publication makes duplicates converge. docs/design.md, "Load once".
+itself — publication makes duplicates converge. docs/internals/design.md, "Load once".
 """
 
 from __future__ import annotations

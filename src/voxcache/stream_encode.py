@@ -4,7 +4,7 @@ Opus pages are only ever appended; an MP3 stream leaves out LAME's info frame (f
 when the file closes) and sends plain MPEG frames, as internet radio does; FLAC rewrites
 STREAMINFO mid-file and so cannot stream (``STREAMS`` lacks it). Should libsndfile ever
 rewrite a byte already sent, ``StreamEncodeError`` is raised rather than a corrupt stream
-carried on. docs/service.md, "Streaming".
+carried on. docs/operating/service.md, "Streaming".
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Any safetensors loader opens a cache file as it is, and nothing in it can execut
 (no pickle on either side; torch tensors become numpy at the boundary, ``as_numpy``).
 ``__metadata__`` holds one key, ``voxcache``: the entry header and an XXH3-128 over it, the
 tensors' descriptors and the data. ``decode_tensor_entry`` verifies every byte without
-re-serialising; a flip anywhere is ``CorruptEntry``. docs/stages.md, "Storage".
+re-serialising; a flip anywhere is ``CorruptEntry``. docs/internals/stages.md, "Storage".
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Every upstream option docs/gateway.md documents is accepted, by every kind it names — and a
+"""Every upstream option docs/operating/gateway.md documents is accepted, by every kind it names — and a
 kind takes no option the table leaves out.
 
-``upstream_options = {timeout = 20}``, as docs/edge.md wrote it, stopped ``serve`` at start
+``upstream_options = {timeout = 20}``, as docs/operating/edge.md wrote it, stopped ``serve`` at start
 with a ``TypeError`` (the service passed ``timeout`` itself, from ``upstream_timeout``).
 Each kind is loaded the way ``serve`` loads it (``runtime.load_configured_engine``) against
 a real server that speaks its protocol (the hostile stand-in's well-behaved side).
@@ -24,7 +24,7 @@ from voxcache.upstream import KINDS, load_upstream
 
 from .servers import hostile_server
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "gateway.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "operating" / "gateway.md"
 INTERNAL = {"references"}
 """Set by the service from ``reference_roots``, never by the operator."""
 REFUSED = {("voxcache", "revision")}
@@ -32,7 +32,7 @@ REFUSED = {("voxcache", "revision")}
 
 
 def documented() -> dict[str, set[str]]:
-    """option → the kinds docs/gateway.md's table says take it."""
+    """option → the kinds docs/operating/gateway.md's table says take it."""
     text = DOC.read_text()
     table = text[text.index("### Upstream options"):].split("\n\n")[2]
     options: dict[str, set[str]] = {}
@@ -119,7 +119,7 @@ def test_a_bad_option_value_says_what_to_fix(tmp_path: Path, option: str, value:
 
 
 def test_serve_takes_the_timeout_option_the_edge_docs_show(tmp_path: Path) -> None:
-    """docs/edge.md's ``upstream_options = {timeout = 20}`` on a real ``voxcache serve`` (it
+    """docs/operating/edge.md's ``upstream_options = {timeout = 20}`` on a real ``voxcache serve`` (it
     crashed with a TypeError before); the same with a disagreeing ``upstream_timeout`` is
     refused with exit code 2, naming both."""
     good = write_config(tmp_path / "good.toml", "upstream_options = {timeout = 20}\n")

@@ -86,7 +86,7 @@ def synth(args: argparse.Namespace) -> int:
         f"key {shown}" + (f" → {args.output}" if args.output else ""))
     if result.reason:
         say(f"[yellow]served without caching: the storing gate refused it ({result.reason}; "
-            "docs/admission.md)[/]")
+            "docs/operating/admission.md)[/]")
     elif not result.stored:
         say("[yellow]served without caching: the take could not be stored[/]")
     return 0
@@ -161,7 +161,7 @@ def _print_refusals(counts: dict[str, int], recent: list[dict[str, object]]) -> 
         say("storing gate: every take rendered here was stored")
         return
     table((Column("not stored because"), Column("takes", numeric=True)),
-          sorted(counts.items()), title="storing gate (docs/admission.md)")
+          sorted(counts.items()), title="storing gate (docs/operating/admission.md)")
     if recent:
         table((Column("key"), Column("reason"), Column("tenant"), Column("times", numeric=True)),
               ((r["key"], r["reason"], r["tenant"], r["times"]) for r in recent),

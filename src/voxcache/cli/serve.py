@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--upstream", metavar="KIND=URL",
                    help="caching gateway: render misses on a running TTS server; KIND is "
                         "gpt-sovits, cosyvoice, openai, piper-http, or voxcache (an edge in "
-                        "front of a central voxcache, docs/edge.md)")
+                        "front of a central voxcache, docs/operating/edge.md)")
     p.add_argument("--upstream-revision", metavar="LABEL",
                    help="label of the model behind --upstream; change it when that model changes")
     p.add_argument("--graceful-timeout", type=float, default=30.0,

@@ -4,7 +4,7 @@ espeak-ng decides where Piper's sentences end but reports phonemes, not offsets,
 text is cut after sentence punctuation and pieces merged until each phonemizes to exactly
 the next sentence of the whole. A chunk is a pure function of its phonemes, so then the
 parts rendered one by one are the whole's samples; anything that does not verify returns
-None and the request is served whole. docs/segments.md.
+None and the request is served whole. docs/internals/segments.md.
 """
 
 from __future__ import annotations

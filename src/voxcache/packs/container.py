@@ -4,7 +4,7 @@ Ordinary tools can look inside (``tar tf pack.vxpack``). Reading never hands the
 to ``tarfile``: each 512-byte header is parsed by ``TarInfo.frombuf`` (checksum checked),
 anything but a regular file is refused, every size is bounded (``MAX_MEMBER_BYTES``)
 before use, the signed manifest says how many bytes a member may have before any is read,
-and nothing is ever extracted by name. docs/edge.md, "The pack format".
+and nothing is ever extracted by name. docs/operating/edge.md, "The pack format".
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Two passes: the first verifies and hashes each file (a damaged or expired one is left out
 and reported) so the signed manifest, first in the file, names every BLAKE3; the second
 writes them, and an entry that changed between passes stops the export. Every pack
-carries its signer's next sequence and this node's tombstones. docs/edge.md.
+carries its signer's next sequence and this node's tombstones. docs/operating/edge.md.
 """
 
 from __future__ import annotations

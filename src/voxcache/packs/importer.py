@@ -5,7 +5,7 @@ an older pack of one publisher), the publisher's tombstones; then each entry mus
 exactly what its manifest line says (name, size before a byte is read, BLAKE3, envelope
 under the line's key, kind, tenant, not purged here) before it is written with the disk
 tier's atomic publish. A failed entry is refused and reported; every manifest line ends
-in one list of the report. docs/edge.md, "What an import checks, in order".
+in one list of the report. docs/operating/edge.md, "What an import checks, in order".
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class Imported:
     time after the take was made: not stored, and never will be by an import."""
     evicted: list[str] = field(default_factory=list)
     """Imported, then evicted by this cache's own caps before the import ended (a small
-    device keeping what its clients use: see docs/edge.md)."""
+    device keeping what its clients use: see docs/operating/edge.md)."""
     removed: list[str] = field(default_factory=list)
     """Takes this node held that the pack's tombstones removed."""
     pinned: int = 0

@@ -4,7 +4,7 @@ Each entry is named by key, kind, size and BLAKE3 (collision resistant, so the s
 pins every byte; XXH3 would let a forger match it), with tenant, pin and index fields;
 plus the engine identity, the base digest of a delta, the ``sequence`` and the publisher's
 tombstones (``purged``). Parsing trusts nothing: every field type- and range-checked, a
-key at most once. docs/edge.md, "The pack format".
+key at most once. docs/operating/edge.md, "The pack format".
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ downloaded (and resumed), and answer deltas against what an edge already has.
 Each build records its selection as a snapshot (``packs/snapshots/<digest>.json``); a pack
 carries what the edge's ``base`` snapshot lacks (the whole selection for an unknown base),
 so deltas need no chain. Packs are spooled to ``packs/spool/<digest>.vxpack`` and served
-as immutable files (Range resumes). docs/edge.md, "Publishing: a center serving packs".
+as immutable files (Range resumes). docs/operating/edge.md, "Publishing: a center serving packs".
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ One round asks the center for a pack (``POST /v1/packs``, a delta against the sn
 last imported completely), downloads it into ``packs/incoming/`` (``Range`` resumes a
 cut-short download), then imports it like ``pack import``. Only a complete import
 advances the snapshot; a round that dies is taken up by the next. State per (URL,
-selection) is ``packs/pulls/<id>.json``, guarded by an flock. docs/edge.md, "The edge".
+selection) is ``packs/pulls/<id>.json``, guarded by an flock. docs/operating/edge.md, "The edge".
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A publisher issues ``max(last issued + 1, now in ms)``; an importer records per 
 key the highest sequence it admitted (index table ``pack_sequences``) and refuses a lower
 one — an older pack could bring back what a newer one's tombstones removed (TUF's rollback
 attack, §5.4). The same pack again is admitted, so a cut-short import resumes.
-docs/edge.md, "Purges and rollback".
+docs/operating/edge.md, "Purges and rollback".
 """
 
 from __future__ import annotations

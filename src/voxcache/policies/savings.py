@@ -4,7 +4,7 @@ A hit adds to a dictionary in memory (counting must not slow it); a background t
 folds it every ``FLUSH_SECONDS`` into the index database's ``savings`` table, one row per
 hour, tenant and voice, durable and shared by workers. Money is computed when read, at
 the configured prices. With Redis each node mirrors its totals into one hash (set, never
-added, so a repeated write counts nothing twice). docs/admission.md, "The savings ledger".
+added, so a repeated write counts nothing twice). docs/operating/admission.md, "The savings ledger".
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 An explicit seed is in the key. Without one: ``pin`` (default) keeps the first take for
 everyone; ``bypass`` always renders, never stores; ``variants:N[:random]`` keeps up to N
 takes served in rotation. Take 0 is stored under the request key itself (switching
-policies keeps it), take i>0 under ``derived_key(key, "take", n=i)``. docs/service.md.
+policies keeps it), take i>0 under ``derived_key(key, "take", n=i)``. docs/operating/service.md.
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ async def viewer_of(request: Request) -> Viewer:
 @router.get("/v1/dashboard", tags=["ops"])
 async def dashboard(request: Request) -> dict[str, Any]:
     """What the dashboard page draws: current figures, the charts' series and the top
-    phrases (see docs/metrics.md). Computed in the I/O pool: it reads the index and the
+    phrases (see docs/operating/metrics.md). Computed in the I/O pool: it reads the index and the
     shared history."""
     viewer = await viewer_of(request)
     server: Server = request.app.state.server

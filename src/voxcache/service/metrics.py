@@ -9,7 +9,7 @@ seems to go down because another worker answered. Without a history (a library
 user's app, or a cache folder that cannot hold one) it is this process's figures.
 Tier totals, evictions and corruptions are read from ``cache.stats()`` at scrape
 time: they are the cache folder's own figures across every process that shares it.
-Every name is documented in docs/metrics.md.
+Every name is documented in docs/operating/metrics.md.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ its strong ETag. Every byte sent comes from a verified entry: the file is
 verified (every byte of it) when this process reads it, the verified entry sits
 in the memory tier, and whole bodies and Range slices are both cut from it —
 never re-read from the file, which could have changed since (``service.ranges``).
-A zero-copy front (nginx serving the cache folder, ``docs/nginx.conf``) skips
+A zero-copy front (nginx serving the cache folder, ``docs/operating/nginx.conf``) skips
 that verification and the tenant check; it is outside these promises.
 
 Another tenant's key is answered exactly like a key that does not exist (404),

@@ -10,7 +10,7 @@
 - ``SessionStates``: decoder prefix state per session and per voice, memory only
   (``sessions``).
 
-Design and figures: docs/stages.md.
+Design and figures: docs/internals/stages.md.
 """
 
 from __future__ import annotations

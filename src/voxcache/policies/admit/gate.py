@@ -5,7 +5,7 @@ One decision on the load-once path between "made" and "publish", in this order: 
 (``admit_after``), then quality (and ``asr`` when on). A refused take is still served to
 every waiter but written to no tier; a text-rule refusal leaves its text and key nowhere
 (a short line's key could be reversed). Refusals are counted by reason; quality refusals
-keep the key and reason (``refused``) for the operator. docs/admission.md.
+keep the key and reason (``refused``) for the operator. docs/operating/admission.md.
 """
 
 from __future__ import annotations

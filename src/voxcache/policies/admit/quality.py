@@ -4,7 +4,7 @@ A cache serves a bad take to everyone, forever (an engine's runaway: vllm-omni i
 a 4.4 s text came out 46 s long). So each rendered take is checked, in well under a
 millisecond per second of audio: ``nonfinite``, ``clipping``, ``dc``, ``silence`` and, for
 speech engines, ``runaway``, ``truncated`` and ``inner_silence``. The bounds are wide on
-purpose: the gate is for broken takes, not merely worse ones. docs/admission.md has the
+purpose: the gate is for broken takes, not merely worse ones. docs/operating/admission.md has the
 bounds and their measurements.
 """
 
