@@ -49,6 +49,7 @@ from .request import DEFAULT_MAX_TEXT_CHARS, SynthesisRequest, resolve
 from .resolved import ResolvedRequest
 from .scheduling import Admission
 from .singleflight import Flight, FlightGroup
+from .vocabulary import TierCount
 
 __all__ = ["HANDOFF_SECONDS", "MODES", "CachedEngine", "Observer", "Result", "Take"]
 
@@ -280,9 +281,9 @@ class CachedEngine:
         if mode != "use" or not self.uses_pin(request, resolved_request):
             return await self._submit(Flight(), request, resolved_request, key, mode,
                                       started, stream, timeout, channel=True)
-        entry = self.cache.memory.get(key)
-        if entry is not None:
-            return Take.whole(self.hit(resolved_request, key, (entry, "memory"), started))
+        near = self.cache.recall(key)
+        if near is not None:
+            return Take.whole(self.hit(resolved_request, key, near, started))
         flight = self.flights.get(key)
         if flight is None:  # the slower tiers: disk, redis, s3 (X-Cache-Tier says which)
             found = await self.admission.read(self.cache.read_below, key)
@@ -358,8 +359,7 @@ class CachedEngine:
         fingerprint, in privacy mode, can be served only from what is stored)."""
         started = time.perf_counter()
         key = self.key_of(resolved)
-        entry = self.cache.memory.get(key)
-        found = (entry, "memory") if entry is not None else (
+        found = self.cache.recall(key) or (
             await self.admission.read(self.cache.read_below, key))
         if found is None:
             return None
@@ -416,9 +416,9 @@ class CachedEngine:
             started: float) -> Result:
         """A take found in a tier, counted and recorded as a hit."""
         entry, tier = found
-        if tier == "memory":  # recency for the disk tier's eviction, which never saw this read
-            self.cache.disk.note_hit(key)
-        self.count(f"hits_{tier}")
+        if tier == self.cache.in_process.name:  # recency for the folder's eviction, which
+            self.cache.folder.note_hit(key)     # never saw this read
+        self.count(TierCount.HITS.of(tier))
         self.asked(resolved, key, hit=True)
         self.served(resolved, entry)
         self.observer.hit(tier, entry)

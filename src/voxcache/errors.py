@@ -64,7 +64,11 @@ class MissingDependency(EngineError):
     """An optional extra is needed for this feature but is not installed."""
 
 
-class EngineLoadError(MissingDependency):
+class PluginLoadError(MissingDependency):
+    """A plugin (an engine, a tier kind) failed to import, or names nothing usable."""
+
+
+class EngineLoadError(PluginLoadError):
     """An engine could not be loaded: its plugin failed to import, or names no engine class."""
 
 

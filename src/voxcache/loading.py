@@ -96,8 +96,7 @@ class Loader:
         where another process or node may have stored it, memory has nothing new — a take
         published in this process is on disk before it is in memory)."""
         if private:
-            entry = self.cache.memory.get(key, kind)
-            return None if entry is None else (entry, "memory")
+            return self.cache.recall(key, kind)
         if below_memory:
             return self.cache.read_below(key, kind)
         return self.cache.get(key, kind)
@@ -166,7 +165,7 @@ class Loader:
                 if flight.followers:
                     time.sleep(HANDOFF_SECONDS)  # let the woken waiters run before the write
                 if private:  # a value private to this process lives in its memory alone
-                    held = self.cache.memory.put(made.entry, tenant=made.tenant)
+                    held = self.cache.in_process.put(made.entry, tenant=made.tenant)
                 else:
                     held = self.cache.put(made.entry, tenant=made.tenant, wait=PUBLISH_WAIT)
                 value = recipe.published(made.value, held or None)

@@ -9,6 +9,7 @@ from ..errors import InvalidParameter
 from ..policies.admit import recent_refusals, refusal_counts
 from ..runtime import open_cache, open_cached_engine
 from ..stages.figures import is_stage_counter, stage_figures
+from ..vocabulary import TierName
 from .common import (
     USAGE,
     add_request_options,
@@ -72,7 +73,7 @@ def synth(args: argparse.Namespace) -> int:
                    "output": args.output,
                    "segments": {"hit": result.segments_hit, "rendered": result.segments_rendered},
                    "take": result.take}
-        shown = short_key(cached.cache.disk.index, result.key) if result.stored else result.key
+        shown = short_key(cached.cache.index, result.key) if result.stored else result.key
     finally:
         cached.cache.close()
     if args.json:
@@ -140,7 +141,7 @@ def stats(args: argparse.Namespace) -> int:
     if args.json:
         print_json(data)
         return 0
-    disk = data["tiers"]["disk"]
+    disk = data["tiers"][TierName.DISK]
     count = disk["entries"]
     entries = ("entries unknown (the index cannot answer now)" if count is None else
                f"{count:,} entr{'y' if count == 1 else 'ies'}")

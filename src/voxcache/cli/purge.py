@@ -63,7 +63,7 @@ def purge(args: argparse.Namespace) -> int:
         resolve_voice(args.voice, settings) if args.voice else None
     cache = open_cache(settings, settled=True)
     try:
-        index = cache.disk.index
+        index = cache.index
         keys = [resolve_key(index, given).key for given in args.key]
         where, params = _filter(args, keys, voice["canonical"] if voice else None, uploaded)
         rows = index.rows(where, params, order="key")

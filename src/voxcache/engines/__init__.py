@@ -8,13 +8,13 @@ engine that fails to import is a clear error naming it and the import error.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from ..engine import Engine, accepted_options
 from ..errors import EngineLoadError, InvalidParameter
+from ..plugins import load_target, origin, registered
 
 GROUP = "voxcache.engines"
 
@@ -44,15 +44,13 @@ def engine_class(name: str) -> type[Engine]:
     """The engine class ``name`` names: a registered engine, or ``module:Class``."""
     if ":" in name:
         return _imported(name, EntryPoint(name, name, GROUP), what=f"engine class {name!r}")
-    points = {point.name: point for point in entry_points(group=GROUP)}
+    points = registered(GROUP)
     point = points.get(name)
     if point is None:
         known = ", ".join(sorted(points)) or "none"
         raise InvalidParameter(f"unknown engine {name!r}; installed: {known} (see `voxcache "
                                "engines`), or name a class as package.module:Class")
-    dist = point.dist
-    origin = f" from {dist.name} {dist.version}" if dist is not None else ""
-    return _imported(name, point, what=f"engine plugin {name!r} ({point.value}{origin})")
+    return _imported(name, point, what=f"engine plugin {name!r} ({point.value}{origin(point)})")
 
 
 def load_engine(name: str, **options: Any) -> Engine:
@@ -68,21 +66,7 @@ def load_engine(name: str, **options: Any) -> Engine:
 
 
 def _imported(name: str, point: EntryPoint, what: str) -> type[Engine]:
-    module, _, attribute = point.value.partition(":")
-    if not module or not attribute:
-        raise InvalidParameter(f"{what}: write it as package.module:Class")
-    try:
-        target: Any = importlib.import_module(module)
-        for part in attribute.split("."):
-            target = getattr(target, part)
-    except ImportError as exc:
-        raise EngineLoadError(f"{what} could not be imported: {type(exc).__name__}: {exc}"
-                              ) from None
-    except AttributeError as exc:
-        raise EngineLoadError(f"{what}: {exc}") from None
-    except Exception as exc:  # a plugin whose import fails in any other way
-        raise EngineLoadError(f"{what} failed while importing: {type(exc).__name__}: {exc}"
-                              ) from None
+    target = load_target(point, what, error=EngineLoadError)
     if not (isinstance(target, type) and issubclass(target, Engine)):
         raise EngineLoadError(f"{what} is not a voxcache.engine.Engine subclass")
     return target

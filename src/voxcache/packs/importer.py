@@ -138,7 +138,7 @@ def import_pack(cache: Cache, stream: BinaryIO, trusted: list[PublicKey], *,
                       snapshot=manifest.snapshot, sequence=manifest.order,
                       tombstones=len(manifest.purged))
     try:
-        admit(cache.disk.index, signer, manifest.order, report.digest)
+        admit(cache.index, signer, manifest.order, report.digest)
     except sqlite3.Error as exc:
         raise Overloaded(f"this cache's index cannot record the pack's sequence now ({exc}); "
                          "nothing was imported — try again") from None
@@ -147,7 +147,7 @@ def import_pack(cache: Cache, stream: BinaryIO, trusted: list[PublicKey], *,
     _entries(cache, reader, manifest, pin, report, progress, now)
     kinds = {line.key: line.kind for line in manifest.lines}
     report.evicted = [key for key in report.imported
-                      if not cache.disk.contains(key, kinds[key])]
+                      if not cache.folder.contains(key, kinds[key])]
     return report
 
 
@@ -205,7 +205,7 @@ def _apply_tombstones(cache: Cache, tombstones: tuple[purged.Tombstone, ...],
         else:
             keep.append((tombstone.key, tombstone.kind, tombstone.until))
     try:
-        purged.record(cache.disk.index, keep, covering=False)
+        purged.record(cache.index, keep, covering=False)
     except sqlite3.Error as exc:
         raise Overloaded(f"this cache's index cannot record the pack's purged keys now "
                          f"({exc}); import the pack again") from None
@@ -223,7 +223,7 @@ def _one(cache: Cache, line: Line, blob: bytes, pin: bool, report: Imported,
         report.expired.append(line.key)
         return
     try:
-        tombstone = purged.lookup(cache.disk.index, line.key)
+        tombstone = purged.lookup(cache.index, line.key)
     except sqlite3.Error as exc:
         report.refused[line.key] = (f"this node's purges cannot be read now ({exc}); "
                                     "import the pack again")
@@ -255,7 +255,7 @@ def _never_asked(cache: Cache, key: str, created: float) -> None:
     room there is and never pushes out the takes its clients are using (pin what must
     stay: ``--pin``). Best effort: the index is an accelerator."""
     with contextlib.suppress(sqlite3.Error), \
-            cache.disk.index.transaction(REQUEST_WAIT) as db:
+            cache.index.transaction(REQUEST_WAIT) as db:
         db.execute("UPDATE entries SET last_access = ?1 "
                    "WHERE key = ?2 AND hits = 0 AND last_access > ?1", (created, key))
 
@@ -280,7 +280,7 @@ def _stored(cache: Cache, key: str, kind: str) -> Entry | None:
     """The verified entry already stored under ``key`` here, if any (read directly: an
     import must not count hits)."""
     try:
-        blob = cache.disk.read_stored(key, kind)  # a file, or inline when small
+        blob = cache.folder.read_stored(key, kind)  # a file, or inline when small
         return None if blob is None else decode(blob, key)
     except (OSError, NotAnEntryFile, CorruptEntry):
         return None

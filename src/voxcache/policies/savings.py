@@ -76,7 +76,7 @@ class Ledger:
             try:
                 _write(self.cache, pending)
             except sqlite3.Error as exc:
-                self.cache.disk.faults.report("savings", exc, "the savings ledger could not "
+                self.cache.report_fault("savings", exc, "the savings ledger could not "
                                               "be written; kept for the next flush")
                 with self._lock:
                     for row, figures in pending.items():
@@ -109,7 +109,7 @@ def node_id(cache: Cache) -> str:
 
 
 def _write(cache: Cache, pending: dict[tuple[int, str, str], list[float]]) -> None:
-    with cache.disk.index.transaction() as db:
+    with cache.index.transaction() as db:
         db.executemany(
             "INSERT INTO savings VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(bucket, tenant, voice) "
             "DO UPDATE SET hits = hits + excluded.hits, chars = chars + excluded.chars, "
@@ -124,7 +124,7 @@ def _mirror(cache: Cache, node: str, rows: list[tuple[int, str, str]]) -> None:
         return
     client, name, guard = access
     try:
-        found = cache.disk.index.query(
+        found = cache.index.query(
             "SELECT bucket, tenant, voice, hits, chars, seconds FROM savings WHERE " + " OR ".join(
                 ["(bucket = ? AND tenant = ? AND voice = ?)"] * len(rows)),
             [value for row in rows for value in row], wait=0.2)
@@ -167,7 +167,7 @@ def rows(cache: Cache, since: float | None = None, fleet: bool = False,
     ``fleet``, with a Redis tier — every node's mirrored rows (this node's from its folder)."""
     start = bucket_of(since) if since is not None else 0
     local = [(int(b), str(t), str(v), int(h), int(c), float(s)) for b, t, v, h, c, s in
-             cache.disk.index.query("SELECT bucket, tenant, voice, hits, chars, seconds FROM "
+             cache.index.query("SELECT bucket, tenant, voice, hits, chars, seconds FROM "
                                     "savings WHERE bucket >= ?", (start,), wait=1.0)]
     if fleet:
         local += _others(cache, start)

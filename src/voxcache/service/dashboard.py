@@ -53,7 +53,7 @@ def install(app: FastAPI, settings: Settings) -> None:
     server: Server = app.state.server
     config = dashboard_settings(settings)
     history = History(server.cache.root, config.interval, config.window,
-                      report=server.cache.disk.faults.report)
+                      report=server.cache.report_fault)
     server.metrics.attach(history, server.admission)
     sampler = Sampler(server.metrics, history, server.cache)
     app.state.dashboard = Figures(server, history, settings.upstream)

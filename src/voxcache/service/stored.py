@@ -87,7 +87,7 @@ async def list_entries(request: Request, limit: int = Query(50, ge=1, le=1000),
     """This tenant's stored takes, most recently used first (from the index)."""
     server: Server = request.app.state.server
     rows = await server.admission.read(
-        server.cache.disk.index.rows, "tenant = ? AND kind = 'audio'", [tenant],
+        server.cache.index.rows, "tenant = ? AND kind = 'audio'", [tenant],
         "last_access DESC", limit)
     return {"entries": [{"key": r.key, "size": r.size, "created": r.created, "hits": r.hits,
                          "pinned": r.pinned, "voice": r.voice, "text": r.text,
@@ -125,7 +125,7 @@ async def unpin_entry(key: str, request: Request, tenant: str = Depends(tenant_o
 async def _owned(request: Request, key: str, tenant: str) -> Server:
     """The server, once ``key`` is known to be one of ``tenant``'s stored takes (else 404)."""
     server: Server = request.app.state.server
-    owner = await server.admission.read(server.cache.disk.owner, key) \
+    owner = await server.admission.read(server.cache.folder.owner, key) \
         if KEY.fullmatch(key) else None
     if owner != tenant:
         raise NotFound(f"no entry {key!r}")

@@ -65,6 +65,7 @@ from .layout import (
 )
 from .lifecycle import entry_stored, reconcile
 from .repair import open_index, rebuild_damaged
+from .roles import TierRole
 
 log = logging.getLogger("voxcache.disk")
 T = TypeVar("T")
@@ -78,6 +79,7 @@ class DiskTier:
 
     name = "disk"
     durable = True
+    role = TierRole.FOLDER
 
     def __init__(self, root: Path, *, flush_interval: float = 2.0, check_at_start: bool = True,
                  clock: Callable[[], float] = time.time) -> None:

@@ -49,7 +49,7 @@ class Callers:
     def forget(self, key: str) -> None:
         """The key's take is stored: its callers are not needed any more."""
         try:
-            with self.cache.disk.index.transaction(0.2) as db:
+            with self.cache.index.transaction(0.2) as db:
                 db.execute("DELETE FROM callers WHERE key = ?", (key,))
         except sqlite3.Error as exc:
             self._report("callers", exc, "a stored key's callers could not be forgotten "
@@ -61,7 +61,7 @@ class Callers:
     def _local(self, key: str, caller: str | None, window: float) -> int:
         now = self._clock()
         try:
-            with self.cache.disk.index.transaction(0.5) as db:
+            with self.cache.index.transaction(0.5) as db:
                 if caller is not None:
                     db.execute("INSERT INTO callers VALUES (?, ?, ?) ON CONFLICT(key, caller) "
                                "DO UPDATE SET seen = excluded.seen", (key, caller, now))

@@ -43,7 +43,7 @@ class Gate:
         self.speech = speech
         """Whether the engine renders speech (``Engine.speech``): the duration and pause
         checks apply only then."""
-        self._report = report or cache.disk.faults.report
+        self._report = report or cache.report_fault
         self._rules: dict[str, TextRules] = {"": TextRules(settings.admission.never_store)}
         for tenant, admission in settings.tenants.items():
             self._rules[tenant] = TextRules(admission.never_store)
@@ -129,7 +129,7 @@ class Gate:
         if stage != QUALITY:
             return
         try:
-            with self.cache.disk.index.transaction(0.2) as db:
+            with self.cache.index.transaction(0.2) as db:
                 db.execute("INSERT INTO refused VALUES (?, ?, ?, ?, 1) ON CONFLICT(key) DO "
                            "UPDATE SET reason = excluded.reason, at = excluded.at, "
                            "times = times + 1", (key, why, resolved.tenant, time.time()))
@@ -168,7 +168,7 @@ def recent_refusals(cache: Cache, limit: int = 20, tenant: str | None = None
     empty while the index cannot answer."""
     where, args = ("WHERE tenant = ?", (tenant,)) if tenant is not None else ("", ())
     try:
-        rows = cache.disk.index.query(
+        rows = cache.index.query(
             f"SELECT key, reason, tenant, at, times FROM refused {where} ORDER BY at DESC "
             "LIMIT ?", (*args, limit), wait=0.2)
     except sqlite3.Error:
