@@ -104,7 +104,8 @@ def run(ctx: Context) -> None:
         with servers.nginx(root, ctx.scratch("nginx")) as base:
             status, body, headers = fetch(f"{base}/v1/audio/{KEY}")
             assert status == 200 and body == blob, "nginx snippet did not serve the stored take"
-            rows += measure(ctx, "nginx (docs/operating/nginx.conf, sendfile)", f"{base}/v1/audio/{KEY}")
+            rows += measure(ctx, "nginx (docs/operating/nginx.conf, sendfile)",
+                            f"{base}/v1/audio/{KEY}")
     except FileNotFoundError as exc:
         ctx.note(f"{exc}; the nginx baseline is missing")
     if servers.serve_available():  # uvicorn is there: measure the Python limit too

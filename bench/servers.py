@@ -1,5 +1,6 @@
 """Starting the HTTP servers the benchmarks compare: nginx (with the shipped
-``docs/operating/nginx.conf`` snippet), ``voxcache serve`` and ASGI apps, each on a free loopback port."""
+``docs/operating/nginx.conf`` snippet), ``voxcache serve`` and ASGI apps, each on a free loopback
+port."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The docs' quick starts, run as written: docs/operating/cluster.md ("Three nodes behind a balancer")
-and docs/operating/edge.md ("Quick start").
+"""The docs' quick starts, run as written: docs/operating/cluster.md ("Three nodes behind a
+balancer") and docs/operating/edge.md ("Quick start").
 
 Each ```bash block of the section is split into its commands (``\\`` continuations and
 here-documents kept whole) and each command runs in bash, in order, on the "machine" the

@@ -4,7 +4,8 @@ Hits never wait behind renders: memory hits answer on the event loop, slower tie
 in ``io``, and a miss runs in a thread of its own that takes one of ``concurrency`` render
 slots only when it really renders. A render past ``concurrency + queue`` is refused at
 once with ``Overloaded`` (503 + Retry-After); waiting renders go ``INTERACTIVE`` before
-``BACKGROUND``. A library user gets ``Admission.unbounded()``. docs/operating/service.md, "Admission control".
+``BACKGROUND``. A library user gets ``Admission.unbounded()``. docs/operating/service.md,
+"Admission control".
 """
 
 from __future__ import annotations

@@ -43,7 +43,8 @@ SAMPLES = {
 
 def test_the_reference_is_what_the_code_writes() -> None:
     assert DOC.read_text(encoding="utf-8") == render(), (
-        "docs/operating/settings.md is stale: run python -m voxcache.cli.settings_doc > docs/operating/settings.md")
+        "docs/operating/settings.md is stale: run "
+        "python -m voxcache.cli.settings_doc > docs/operating/settings.md")
 
 
 def test_every_setting_is_in_the_reference() -> None:

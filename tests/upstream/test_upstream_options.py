@@ -1,8 +1,8 @@
-"""Every upstream option docs/operating/gateway.md documents is accepted, by every kind it names — and a
-kind takes no option the table leaves out.
+"""Every upstream option docs/operating/gateway.md documents is accepted, by every kind it
+names — and a kind takes no option the table leaves out.
 
-``upstream_options = {timeout = 20}``, as docs/operating/edge.md wrote it, stopped ``serve`` at start
-with a ``TypeError`` (the service passed ``timeout`` itself, from ``upstream_timeout``).
+``upstream_options = {timeout = 20}``, as docs/operating/edge.md wrote it, stopped ``serve``
+at start with a ``TypeError`` (the service passed ``timeout`` itself, from ``upstream_timeout``).
 Each kind is loaded the way ``serve`` loads it (``runtime.load_configured_engine``) against
 a real server that speaks its protocol (the hostile stand-in's well-behaved side).
 """
@@ -119,8 +119,8 @@ def test_a_bad_option_value_says_what_to_fix(tmp_path: Path, option: str, value:
 
 
 def test_serve_takes_the_timeout_option_the_edge_docs_show(tmp_path: Path) -> None:
-    """docs/operating/edge.md's ``upstream_options = {timeout = 20}`` on a real ``voxcache serve`` (it
-    crashed with a TypeError before); the same with a disagreeing ``upstream_timeout`` is
+    """docs/operating/edge.md's ``upstream_options = {timeout = 20}`` on a real ``voxcache serve``
+    (it crashed with a TypeError before); the same with a disagreeing ``upstream_timeout`` is
     refused with exit code 2, naming both."""
     good = write_config(tmp_path / "good.toml", "upstream_options = {timeout = 20}\n")
     both = write_config(tmp_path / "both.toml",

@@ -207,7 +207,8 @@ SECTIONS = (
      "Publishing signed packs (`voxcache.service.packs.PackSettings`; docs/operating/edge.md)."),
     (AdmissionSettings, "## What may be stored: `[admission]`, `[tenants.*.admission]`",
      "Text classes never stored and distinct callers before a take is stored "
-     "(`voxcache.policies.admit.settings.AdmissionSettings`; docs/operating/admission.md). A tenant's "
+     "(`voxcache.policies.admit.settings.AdmissionSettings`; "
+     "docs/operating/admission.md). A tenant's "
      "`[tenants.NAME.admission]` table takes the same names (no environment spelling) and "
      "replaces, for that tenant, each setting it names."),
     (QualitySettings, "## The quality gate: `[quality]`",
