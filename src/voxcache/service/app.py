@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import logging
 import os
 import sys
@@ -35,7 +36,6 @@ from .metrics import Metrics
 from .options import ServiceOptions, service_options
 from .packs import install as install_packs
 from .packs import is_fallback
-from .routes import cosyvoice, gpt_sovits, gpt_sovits_control, piper
 from .serving import Server
 from .speech_memo import SpeechHitFastPath, SpeechMemo
 from .stopping import StopSignals, stop_waiting_now
@@ -47,6 +47,14 @@ NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": Fal
                                  "operation_spans": False, "auto_configure": False}
 """FastAPI's own OpenTelemetry hooks, off: the service exports its figures to Prometheus
 (/metrics), and the hooks' per-request check of the providers cost every hit ~10 µs."""
+PROTOCOL_ROUTERS = (
+    "voxcache.protocols.gpt_sovits.routes:router",
+    "voxcache.protocols.gpt_sovits.routes:control_router",
+    "voxcache.protocols.cosyvoice.routes:router",
+    "voxcache.protocols.piper.routes:router",
+)
+"""The compatible protocols' routers, mounted by name: a protocol's routes use the service's
+guards, so the protocols sit above it (pyproject's import contracts) and are named, not imported."""
 
 
 def create_app(settings: Settings, *, options: ServiceOptions | None = None,
@@ -88,9 +96,10 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
     app.state.voices = VoiceStore(settings.cache_dir / "voices", options.max_upload_seconds,
                                   cached.cache)
     errors.install(app)
-    for module in (speech, stored, voice_routes, admin, gpt_sovits, gpt_sovits_control,
-                   cosyvoice, piper):
+    for module in (speech, stored, voice_routes, admin):
         app.include_router(module.router)
+    for target in PROTOCOL_ROUTERS:
+        app.include_router(protocol_router(target))
     install_packs(app)  # /v1/packs routes and the identity record
     install_methods(app)  # 405 with every method a path takes (innermost: after the fast paths)
     edge = cached.engine
@@ -108,6 +117,12 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
     install_dashboard(app, settings)
     # -- end of the operator's dashboard --
     return app
+
+
+def protocol_router(target: str) -> Any:
+    """The router ``module:name`` names (an ``APIRouter``)."""
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def fallback_app(app: FastAPI, edge: Any) -> FastAPI:

@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any
 
 import blake3
 
-from ..errors import InvalidParameter, UpstreamError
-from .gpt_sovits import AUX_LOADED, AUX_SENT, STALE
+from ...errors import InvalidParameter, UpstreamError
+from .upstream import AUX_LOADED, AUX_SENT, STALE
 
 if TYPE_CHECKING:
-    from .gpt_sovits import GptSovitsEngine
+    from .upstream import GptSovitsEngine
 
 WEIGHTS = {"/set_gpt_weights": "gpt", "/set_sovits_weights": "sovits"}
 """The weight switches, and the name each puts in the revision."""

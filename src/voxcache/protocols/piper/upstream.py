@@ -20,12 +20,12 @@ from typing import Any
 
 import blake3
 
-from ..audio import Audio
-from ..errors import UpstreamError
-from ..params import ParamSpec
-from ..request import ResolvedRequest
-from .base import UpstreamEngine
-from .decode import wav_stream
+from ...audio import Audio
+from ...errors import UpstreamError
+from ...params import ParamSpec
+from ...request import ResolvedRequest
+from ...upstream.base import UpstreamEngine
+from ...upstream.decode import wav_stream
 
 
 class PiperHttpEngine(UpstreamEngine):

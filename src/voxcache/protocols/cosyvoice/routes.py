@@ -41,11 +41,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ...errors import UpstreamError, VoxcacheError
 from ...request import SynthesisRequest
-from ...upstream import cosyvoice_api as api
-from ..errors import PayloadTooLarge, error_response
-from ..guard import render_priority
-from ..options import ServiceOptions
-from .compat import Streamed, serve_streamed, tenant_of
+from ...service.errors import PayloadTooLarge, error_response
+from ...service.guard import render_priority
+from ...service.options import ServiceOptions
+from ...service.routes.compat import Streamed, serve_streamed, tenant_of
+from . import mapping as api
 
 ROUTE = "cosyvoice"
 """The route label of these requests in the service's metrics."""

@@ -22,9 +22,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .cache import StageCache, StageResult
-from .engine_clips import clip_of
-from .keys import DEFAULT_TENANT, StageInputs
+from ...stages.cache import StageCache, StageResult
+from ...stages.engine_clips import clip_of
+from ...stages.keys import DEFAULT_TENANT, StageInputs
 
 EXTRACTOR = "cosyvoice.frontend_zero_shot"
 PER_SENTENCE = ("text", "text_len")

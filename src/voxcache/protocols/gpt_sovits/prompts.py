@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from .cache import Artifact, StageCache, StageResult
-from .clip import Clip
-from .engine_clips import clip_of
-from .keys import DEFAULT_TENANT, StageInputs
+from ...stages.cache import Artifact, StageCache, StageResult
+from ...stages.clip import Clip
+from ...stages.engine_clips import clip_of
+from ...stages.keys import DEFAULT_TENANT, StageInputs
 
 EXTRACTOR = "gpt-sovits.prompt_cache"
 SENTENCE_ENDS = frozenset("，。？！,.?!~:：—…")

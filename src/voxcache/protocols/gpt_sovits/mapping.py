@@ -35,11 +35,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine import Engine
-from ..errors import InvalidParameter, UnsupportedFeature
-from ..references import ReferenceFolders
-from ..request import SynthesisRequest
-from .gpt_sovits import PARAMS, reference_params
+from ...engine import Engine
+from ...errors import InvalidParameter, UnsupportedFeature
+from ...references import ReferenceFolders
+from ...request import SynthesisRequest
+from .fields import PARAMS, reference_params
 
 MEDIA_TYPES = ("wav", "raw", "ogg", "aac")
 REFERENCE_FIELDS = ("ref_audio_path", "aux_ref_audio_paths", "prompt_text", "prompt_lang")

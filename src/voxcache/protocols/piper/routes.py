@@ -36,8 +36,8 @@ from ...engine import Engine
 from ...errors import InvalidParameter, NotFound, Overloaded, VoxcacheError
 from ...formats import FORMATS, encode
 from ...request import SynthesisRequest
-from ..guard import render_priority
-from .compat import engine_of, serve, status_of, tenant_of
+from ...service.guard import render_priority
+from ...service.routes.compat import engine_of, serve, status_of, tenant_of
 
 log = logging.getLogger("voxcache.service")
 router = APIRouter(tags=["piper"], dependencies=[Depends(render_priority)])

@@ -11,8 +11,8 @@ route a resolved request needs) is ``upstream.cosyvoice.cosyvoice_route``.
 
 from __future__ import annotations
 
-from ..errors import InvalidParameter
-from ..request import SynthesisRequest
+from ...errors import InvalidParameter
+from ...request import SynthesisRequest
 
 ROUTES = ("inference_sft", "inference_zero_shot", "inference_cross_lingual",
           "inference_instruct", "inference_instruct2")

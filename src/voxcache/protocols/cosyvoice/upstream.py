@@ -46,11 +46,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ..audio import Audio
-from ..errors import InvalidParameter
-from ..request import ResolvedRequest
-from .base import UpstreamEngine
-from .decode import pcm_stream
+from ...audio import Audio
+from ...errors import InvalidParameter
+from ...request import ResolvedRequest
+from ...upstream.base import UpstreamEngine
+from ...upstream.decode import pcm_stream
 
 SFT_SPEAKERS = ("中文女", "中文男", "日语男", "粤语女", "英文女", "英文男", "韩语女")
 """The speakers of CosyVoice-300M-SFT's spk2info (``list_available_spks``): the names
