@@ -9,7 +9,7 @@ through ``voxcache.plugins``, like tier kinds, so a broken one is reported the s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, PackageNotFoundError, version
 
@@ -58,12 +58,12 @@ class Registry:
         """The entry ``name`` names, or None."""
         return next((entry for entry in self.installed() if entry.name == name), None)
 
-    def load(self, name: str, unknown: str) -> type:
+    def load(self, name: str, unknown: Callable[[str], str]) -> type:
         """The class registered as ``name``; an unknown name is an ``InvalidParameter`` saying
-        ``unknown`` (``{names}`` in it becomes the registered names)."""
+        ``unknown(the registered names)``."""
         entry = self.find(name)
         if entry is None:
-            raise InvalidParameter(unknown.replace("{names}", ", ".join(self.names()) or "none"))
+            raise InvalidParameter(unknown(", ".join(self.names()) or "none"))
         kind = self.what if name in self.builtin else f"{self.what} plugin"
         return self.imported(entry.target,
                              f"{kind} {name!r} ({entry.target} from {entry.distribution})")

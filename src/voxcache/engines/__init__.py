@@ -34,8 +34,8 @@ def engine_class(name: str) -> type[Engine]:
     if ":" in name:
         return cast(type[Engine], ENGINES.imported(name, f"engine class {name!r}"))
     return cast(type[Engine], ENGINES.load(
-        name, f"unknown engine {name!r}; installed: {{names}} (see `voxcache engines`), or "
-        "name a class as package.module:Class"))
+        name, lambda names: f"unknown engine {name!r}; installed: {names} (see `voxcache "
+        "engines`), or name a class as package.module:Class"))
 
 
 def load_engine(name: str, **options: Any) -> Engine:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import logging
 import os
 import sys
@@ -24,6 +23,9 @@ from .. import __version__
 from ..cached import CachedEngine
 from ..config import Settings, load_settings
 from ..policies.segments import enabled
+from ..protocols.cosyvoice import route as cosyvoice
+from ..protocols.gpt_sovits import route as gpt_sovits
+from ..protocols.piper import route as piper
 from ..runtime import open_cached_engine
 from ..scheduling import Admission
 from . import admin, api_docs, errors, speech, stored, voice_routes
@@ -47,14 +49,6 @@ NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": Fal
                                  "operation_spans": False, "auto_configure": False}
 """FastAPI's own OpenTelemetry hooks, off: the service exports its figures to Prometheus
 (/metrics), and the hooks' per-request check of the providers cost every hit ~10 µs."""
-PROTOCOL_ROUTERS = (
-    "voxcache.protocols.gpt_sovits.routes:router",
-    "voxcache.protocols.gpt_sovits.routes:control_router",
-    "voxcache.protocols.cosyvoice.routes:router",
-    "voxcache.protocols.piper.routes:router",
-)
-"""The compatible protocols' routers, mounted by name: a protocol's routes use the service's
-guards, so the protocols sit above it (pyproject's import contracts) and are named, not imported."""
 
 
 def create_app(settings: Settings, *, options: ServiceOptions | None = None,
@@ -96,10 +90,9 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
     app.state.voices = VoiceStore(settings.cache_dir / "voices", options.max_upload_seconds,
                                   cached.cache)
     errors.install(app)
-    for module in (speech, stored, voice_routes, admin):
+    for module in (speech, stored, voice_routes, admin, gpt_sovits, cosyvoice, piper):
         app.include_router(module.router)
-    for target in PROTOCOL_ROUTERS:
-        app.include_router(protocol_router(target))
+    app.include_router(gpt_sovits.control_router)
     install_packs(app)  # /v1/packs routes and the identity record
     install_methods(app)  # 405 with every method a path takes (innermost: after the fast paths)
     edge = cached.engine
@@ -117,12 +110,6 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
     install_dashboard(app, settings)
     # -- end of the operator's dashboard --
     return app
-
-
-def protocol_router(target: str) -> Any:
-    """The router ``module:name`` names (an ``APIRouter``)."""
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)
 
 
 def fallback_app(app: FastAPI, edge: Any) -> FastAPI:

@@ -44,8 +44,8 @@ def parse_upstream(spec: str) -> tuple[str, str]:
 
 def upstream_class(kind: str) -> type[UpstreamEngine]:
     """The engine class of upstream ``kind``."""
-    return cast(type[UpstreamEngine],
-                UPSTREAMS.load(kind, f"unknown upstream kind {kind!r}; kinds: {{names}}"))
+    unknown = f"unknown upstream kind {kind!r}; kinds: "
+    return cast(type[UpstreamEngine], UPSTREAMS.load(kind, lambda names: unknown + names))
 
 
 def load_upstream(spec: str, **options: Any) -> Engine:
