@@ -1,9 +1,9 @@
-"""Engines by name: the built-in ones, plugins of the entry-point group ``voxcache.engines``,
-or ``module:Class`` (one registry mechanism with the upstream kinds: ``voxcache.registry``).
+"""Engines by name: the built-in ones, plugins of the entry-point group ``voxcache.engines``, or
+``module:Class`` (one registry mechanism with the upstream kinds: ``voxcache.registry``).
 
-Any installed distribution can provide an engine (docs/internals/extending.md) and an engine
-class can be named directly as ``package.module:Class``. Nothing is imported until it is used,
-and an engine that fails to import is a clear error naming it and the import error.
+Any installed distribution can provide an engine (docs/internals/extending.md) and an engine class
+can be named directly as ``package.module:Class``. Nothing is imported until it is used, and an
+engine that fails to import is a clear error naming it and the import error.
 """
 
 from __future__ import annotations

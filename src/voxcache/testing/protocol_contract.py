@@ -1,15 +1,10 @@
 """The contract every protocol keeps, route ↔ upstream, as a pytest class to subclass.
 
-    class TestMyProtocol(ProtocolContract):
-        kind = "my-kind"                      # the upstream kind (voxcache.upstream.UPSTREAMS)
-        @pytest.fixture
-        def standin(self): ...                # a running server speaking the protocol: Standin
-        @pytest.fixture
-        def cases(self): ...                  # Case(route call, the same asked of the server)
-
-A voxcache service (``create_app``, its routers mounted by name) fronts the stand-in through a
-TCP proxy. Checked for each protocol: a route's answer is exactly the audio the server itself
-answers; a repeat is a hit that never reaches the server; distinct requests are distinct takes;
+Subclass ``ProtocolContract``: set ``kind`` (an upstream kind) and give fixtures ``standin`` (a
+running server speaking the protocol: ``Standin``) and ``cases`` (``Case``: a route call and the
+same synthesis asked of the server); docs/internals/extending.md says more. A voxcache service
+fronts the server through a TCP proxy, and the suite checks: a route answers exactly the server's
+audio; a repeat is a hit that never reaches the server; distinct requests are distinct takes;
 bad input is a 4xx that reaches nothing; a cut link is a 5xx that stores nothing.
 """
 

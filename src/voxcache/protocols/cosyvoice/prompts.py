@@ -1,10 +1,10 @@
 """CosyVoice's zero-shot prompt (what ``spk2info`` holds), persistent and keyed by content.
 
 ``frontend_zero_shot`` extracts the prompt's text and speech tokens, mel features and speaker
-embedding on every call without a speaker id; CosyVoice's own ``add_zero_shot_spk`` is in memory
-and reused by name whatever the prompt (CosyVoice#1400). ``CosyVoicePrompts.install(frontend)``
-takes that prompt part from the stage cache, keyed by the clip's PCM, the prompt text, the
-resample rate, the tenant and the revision (docs/stages.md); calls with a speaker id are left alone.
+embedding on every call without a speaker id; CosyVoice's own ``add_zero_shot_spk`` is in memory and
+reused by name whatever the prompt (CosyVoice#1400). ``CosyVoicePrompts.install(frontend)`` takes
+that prompt part from the stage cache, keyed by the clip's PCM, the prompt text, the resample rate,
+the tenant and the revision (docs/internals/stages.md); calls with a speaker id are left alone.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ the same routes for GET and POST, the same form fields (a clip up to ``max_uploa
 int16 PCM streamed as it is produced (a take failing after its first chunk is cut off, never ended
 cleanly, and not stored), FastAPI's own 422/400 refusals and ``{"detail": message}`` for voxcache's
 (an upstream's 4xx keeps its status). The rate goes out as ``X-Sample-Rate`` and as the older
-server's ``X-Custom-Header-sampleRate``. Details: docs/gateway.md, "CosyVoice".
+server's ``X-Custom-Header-sampleRate``. Details: docs/operating/gateway.md, "CosyVoice".
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """CosyVoice's FastAPI server (``runtime/python/fastapi/server.py``) as an upstream.
 
-One route per mode (``cosyvoice_route``), form fields with the clip as the file ``prompt_wav``,
-raw int16 mono PCM answered as the model yields it and read as it arrives. The server takes no
-speed, seed or language (refused, never dropped), knows its speakers alone (any ``spk_id`` is
-passed on: ``Speakers``) and reports nothing about itself, so the key's model is
-``cosyvoice|URL|sr=RATE`` plus the operator's revision label (docs/gateway.md, "CosyVoice").
+One route per mode (``cosyvoice_route``), form fields with the clip as the file ``prompt_wav``, raw
+int16 mono PCM answered as the model yields it and read as it arrives. The server takes no speed,
+seed or language (refused, never dropped), knows its speakers alone (any ``spk_id`` is passed on:
+``Speakers``) and reports nothing about itself, so the key's model is ``cosyvoice|URL|sr=RATE`` plus
+the operator's revision label (docs/operating/gateway.md, "CosyVoice").
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """GPT-SoVITS api_v2's ``/tts`` fields, and the content ids that key its reference clips.
 
-Every field is declared under its api_v2 name with api_v2's default (docs/gateway.md, "GPT-SoVITS");
-a reference clip is keyed by its content (``pcm:``/``bytes:`` ids), never by its path.
+Every field is declared under its api_v2 name with api_v2's default (docs/operating/gateway.md,
+"GPT-SoVITS"); a reference clip is keyed by its content (``pcm:``/``bytes:`` ids), never by its
+path.
 """
 
 from __future__ import annotations

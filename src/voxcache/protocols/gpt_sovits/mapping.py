@@ -6,7 +6,7 @@ default is accepted while another value is a 400 (never silently ignored). Unkno
 ignored and required ones refused in api_v2's order and words; text fields must be strings.
 ``ref_audio_path`` is read only through the operator's reference folders: keyed by content for
 the GPT-SoVITS upstream (``fields``), cloned from the bytes read for an embedded engine.
-Why each rule: docs/gateway.md, "GPT-SoVITS api_v2".
+Why each rule: docs/operating/gateway.md, "GPT-SoVITS api_v2".
 """
 
 from __future__ import annotations

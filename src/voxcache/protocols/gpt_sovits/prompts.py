@@ -1,11 +1,12 @@
-"""GPT-SoVITS ``TTS.prompt_cache``, persistent, shared and keyed by content (docs/stages.md).
+"""GPT-SoVITS ``TTS.prompt_cache``, persistent, shared and keyed by content
+(docs/internals/stages.md).
 
 ``TTS.run`` keeps one prompt, recomputed only when ``ref_audio_path`` differs *as a string*: a
 restart loses it (GPT-SoVITS#2141) and a new clip at the same path keeps the old voice.
 ``GPTSoVITSPrompts.install(tts)`` wraps ``run`` so each call's prompt comes from the stage cache,
-keyed by the clip's decoded PCM (extracted once with the engine's own methods). The raw clip
-samples (``raw_audio``) are never stored, nor v2Pro's ``refer_spec`` (it holds the clip at 16 kHz):
-privacy mode keeps derived artifacts only. Auxiliary references are left to ``run``.
+keyed by the clip's decoded PCM (extracted once with the engine's own methods). The raw clip samples
+(``raw_audio``) are never stored, nor v2Pro's ``refer_spec`` (it holds the clip at 16 kHz): privacy
+mode keeps derived artifacts only. Auxiliary references are left to ``run``.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 The upstream keeps its weights in three places that can disagree — loaded, configured
 (``TTS_Config``) and saved (``tts_infer.yaml``, rewritten whole by every ``save_configs()``) — and
-each call changes them differently (docs/gateway.md, "Switching weights", has the table read from
-``api_v2.py`` and ``TTS.py``). The revision in force names each loaded weights file by its name and
-a hash of its path (``gpt=s1v3.ckpt@1a2b3c4d5e6f``): readable, distinct for every path, and
+each call changes them differently (docs/operating/gateway.md, "Switching weights", has the table
+read from ``api_v2.py`` and ``TTS.py``). The revision in force names each loaded weights file by its
+name and a hash of its path (``gpt=s1v3.ckpt@1a2b3c4d5e6f``): readable, distinct for every path, and
 without the upstream's folders (``/readyz`` shows it to anyone).
 """
 

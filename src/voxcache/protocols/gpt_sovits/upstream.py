@@ -1,10 +1,11 @@
-"""GPT-SoVITS ``api_v2.py`` (``POST /tts``) as an upstream (docs/gateway.md, "GPT-SoVITS").
+"""GPT-SoVITS ``api_v2.py`` (``POST /tts``) as an upstream (docs/operating/gateway.md,
+"GPT-SoVITS").
 
-Reference clips are keyed by content and read only through the operator's reference folders;
-before a render the upstream is made to hold each clip's current content (a record in the cache
-folder says what each upstream path had when last loaded; ``GET /set_refer_audio`` reloads it).
-Weight switches (``switches``) change the revision in force; every render holds the
-switchboard's fence (``upstream.revision``). With ``ref_dir`` uploaded clips are staged there.
+Reference clips are keyed by content and read only through the operator's reference folders; before
+a render the upstream is made to hold each clip's current content (a record in the cache folder says
+what each upstream path had when last loaded; ``GET /set_refer_audio`` reloads it). Weight switches
+(``switches``) change the revision in force; every render holds the switchboard's fence
+(``upstream.revision``). With ``ref_dir`` uploaded clips are staged there.
 """
 
 from __future__ import annotations

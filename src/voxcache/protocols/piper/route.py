@@ -1,10 +1,10 @@
-"""Piper's own HTTP protocol (``python -m piper.http_server``): ``POST /synthesize``,
-``GET /info``, ``GET /voices`` — so a client written for Piper's server only changes the
-address, in front of a ``piper-http`` upstream or with the embedded Piper engine.
+"""Piper's own HTTP protocol (``python -m piper.http_server``): ``POST /synthesize``, ``GET /info``,
+``GET /voices`` — so a client written for Piper's server only changes the address, in front of a
+``piper-http`` upstream or with the embedded Piper engine.
 
-Read against piper-tts 1.8's ``piper/http_server.py`` (docs/gateway.md, "Piper's HTTP server"):
-the same fields, leniency and WAV bytes; its documents passed through (``last`` null once API
-keys are configured); Flask's HTML error pages, with a 400 saying what to fix where Piper would
+Read against piper-tts 1.8's ``piper/http_server.py`` (docs/operating/gateway.md, "Piper's HTTP
+server"): the same fields, leniency and WAV bytes; its documents passed through (``last`` null once
+API keys are configured); Flask's HTML error pages, with a 400 saying what to fix where Piper would
 answer 500, 502 for a failed upstream and 503 with ``Retry-After`` for overload.
 """
 
