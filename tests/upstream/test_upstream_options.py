@@ -20,7 +20,7 @@ from voxcache.config import Settings
 from voxcache.engine import accepted_options
 from voxcache.errors import InvalidParameter
 from voxcache.runtime import load_configured_engine
-from voxcache.upstream import KINDS, load_upstream
+from voxcache.upstream import UPSTREAMS, load_upstream, upstream_class
 
 from .servers import hostile_server
 
@@ -39,7 +39,7 @@ def documented() -> dict[str, set[str]]:
     for row in table.splitlines()[2:]:
         cells = [cell.strip() for cell in row.strip("|").split("|")]
         name = cells[0].strip("`")
-        options[name] = set(KINDS) if cells[1] == "every kind" else set(
+        options[name] = set(UPSTREAMS.names()) if cells[1] == "every kind" else set(
             re.findall(r"`([a-z-]+)`", cells[1]))
     return options
 
@@ -59,17 +59,15 @@ def sample(option: str, tmp_path: Path) -> object:
 
 def test_the_table_lists_every_option_each_kind_takes() -> None:
     table = documented()
-    for kind, (module, name) in KINDS.items():
-        import importlib
-
-        engine_class = getattr(importlib.import_module(f"voxcache.upstream.{module}"), name)
+    for kind in UPSTREAMS.names():
+        engine_class = upstream_class(kind)
         takes = accepted_options(engine_class) - INTERNAL - {"url"}
         listed = {option for option, kinds in table.items() if kind in kinds}
         assert takes - listed - {o for k, o in REFUSED if k == kind} == set(), kind
         assert listed - takes == set(), kind
 
 
-@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("kind", UPSTREAMS.names())
 def test_every_documented_option_is_accepted(tmp_path: Path, kind: str) -> None:
     options = [option for option, kinds in documented().items() if kind in kinds]
     roots = [tmp_path / "refs"]  # gpt-sovits: ref_root_upstream names one folder per root

@@ -1,44 +1,10 @@
 """CosyVoice's FastAPI server (``runtime/python/fastapi/server.py``) as an upstream.
 
-The server has one route per mode (GET and POST on main, POST only on older
-revisions: the gateway POSTs), each taking form fields, and answers raw
-little-endian int16 mono PCM with no header and no sample rate, streamed as the
-model yields it. The gateway reads that stream as it arrives, so a miss reaches
-its callers while the server is still speaking. The mode follows from the request,
-and exactly the route's fields are sent (the clip as the file ``prompt_wav``):
-
-============================  ======================================================
-request                       route
-============================  ======================================================
-voice                         ``/inference_sft`` (tts_text, spk_id)
-voice + instruct              ``/inference_instruct`` (… instruct_text; v1 Instruct)
-reference + prompt text       ``/inference_zero_shot`` (tts_text, prompt_text, prompt_wav)
-reference, no prompt text     ``/inference_cross_lingual`` (tts_text, prompt_wav)
-reference + instruct          ``/inference_instruct2`` (tts_text, instruct_text, prompt_wav)
-============================  ======================================================
-
-The server takes no speed, seed or language (it detects the language and seeds
-itself at random), so those are refused rather than silently dropped, and every
-take is one random sample that the cache then pins.
-
-**Speakers.** Only the server knows its speakers (the model's ``spk2info``: seven
-for CosyVoice-300M-SFT, none for CosyVoice 2/3 until some are saved) and it has
-no route that lists them, so any ``spk_id`` is passed on (``Speakers``) and the
-server answers for it; ``voices`` only names the ones to list and the default.
-The server itself checks nothing before it streams: an unknown speaker is a
-``KeyError`` inside its generator, a 200 whose body breaks off before any audio,
-which reaches a gateway client as a 502 (no audio, nothing stored). A server or
-proxy that refuses with a 4xx keeps that status through the gateway's routes.
-
-**Revision.** The server reports nothing about itself: not the model directory
-or its version, not the sample rate (main sends no header; older revisions sent
-``X-Custom-Header-sampleRate``), not its speakers. The key's model is therefore
-``cosyvoice|URL|sr=RATE`` plus the operator's label: declare it
-(``--upstream-revision``) and change it whenever other weights are loaded behind
-the URL, or old takes are served as the new model's. The rate is the model's
-(22050 Hz for CosyVoice 1, 24000 Hz for CosyVoice 2/3), stated by the operator as
-``sample_rate`` (24000 by default, the server's default model being
-CosyVoice2-0.5B).
+One route per mode (``cosyvoice_route``), form fields with the clip as the file ``prompt_wav``, raw
+int16 mono PCM answered as the model yields it and read as it arrives. The server takes no speed,
+seed or language (refused, never dropped), knows its speakers alone (any ``spk_id`` is passed on:
+``Speakers``) and reports nothing about itself, so the key's model is ``cosyvoice|URL|sr=RATE`` plus
+the operator's revision label (docs/operating/gateway.md, "CosyVoice").
 """
 
 from __future__ import annotations
@@ -46,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ..audio import Audio
-from ..errors import InvalidParameter
-from ..request import ResolvedRequest
-from .base import UpstreamEngine
-from .decode import pcm_stream
+from ...audio import Audio
+from ...errors import InvalidParameter
+from ...request import ResolvedRequest
+from ...upstream.base import UpstreamEngine
+from ...upstream.decode import pcm_stream
 
 SFT_SPEAKERS = ("中文女", "中文男", "日语男", "粤语女", "英文女", "英文男", "韩语女")
 """The speakers of CosyVoice-300M-SFT's spk2info (``list_available_spks``): the names
@@ -88,7 +54,11 @@ class Speakers(Mapping[str, str]):
 
 
 def cosyvoice_route(request: ResolvedRequest) -> tuple[str, dict[str, str]]:
-    """Choose the server route and its text form fields for a resolved request."""
+    """Choose the server route and its text form fields for a resolved request.
+
+    voice → ``/inference_sft`` (tts_text, spk_id); voice + instruct → ``/inference_instruct``
+    (v1 Instruct); reference + prompt text → ``/inference_zero_shot``; reference alone →
+    ``/inference_cross_lingual``; reference + instruct → ``/inference_instruct2``."""
     fields = {"tts_text": request.text}
     if request.reference_fingerprint is None:
         if request.voice is None:

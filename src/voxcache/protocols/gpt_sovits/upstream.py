@@ -1,50 +1,11 @@
-"""GPT-SoVITS ``api_v2.py`` (``POST /tts``) as an upstream.
+"""GPT-SoVITS ``api_v2.py`` (``POST /tts``) as an upstream (docs/operating/gateway.md,
+"GPT-SoVITS").
 
-Every ``/tts`` field is declared under its api_v2 name with api_v2's default
-(``top_k`` 15, ``text_split_method`` "cut5", ``repetition_penalty`` 1.35 …);
-``text_lang`` is the request's language, ``speed_factor`` its speed and ``seed``
-its seed. The gateway always asks for WAV (the header names the model's rate:
-32 kHz for v1/v2/v2Pro, 24 or 48 kHz for v3/v4) and derives delivery formats
-from the cached PCM.
-
-**Reference audio is a path** (``ref_audio_path``), and GPT-SoVITS itself
-caches by that string — overwriting the file in place keeps serving the old
-voice. The gateway keys on *content* instead, and reads the clip only through
-the operator's reference folders (``voxcache.references``: no path outside
-them, tenant-scoped, size-capped; none configured means paths are refused):
-``ref_audio_id`` is ``pcm:<fingerprint of the decoded samples>`` (a format
-only the upstream decodes is ``bytes:<hash of the file>``), so the same clip at
-two paths is one key and a clip changed in place is a new key. A path is never
-the key: a take keyed by a string serves the wrong voice once the file changes.
-The upstream is sent the file the gateway read, as the upstream sees it:
-``ref_root_upstream`` (one per root) is where the upstream mounts each root,
-by default the same path (a shared mount). ``aux_ref_audio_paths`` are keyed
-the same way, as a set (GPT-SoVITS averages them, so their order cannot
-matter). The ids are computed by :func:`reference_params` (the ``/tts`` route
-calls it) and checked again just before rendering, so a request whose id does
-not match the file on disk is refused rather than stored under the wrong key.
-
-GPT-SoVITS keeps one reference loaded, keyed by its path *string*: a clip
-replaced in place keeps being rendered with the old voice until that path is
-loaded again. So before a render the gateway makes sure the upstream has the
-clip's current content: a record in the cache folder (shared by every process
-on it) says which content each upstream path had when the gateway last had it
-loaded, and a path whose content differs is reloaded first
-(``GET /set_refer_audio``). Auxiliary clips are kept from the last request and
-reloaded only for another *set* of paths, so a request naming the last set
-after its clips (or the weights) changed is refused (rename the clip, or
-restart the upstream through the gateway: ``/control?command=restart`` empties
-its caches).
-
-Weight switches proxied through the gateway (``/set_gpt_weights`` …, see
-``gpt_sovits_switches``) change the revision in force; every render holds the
-switchboard's fence (``upstream.revision``), so none overlaps a switch.
-
-Uploaded voices (raw bytes, e.g. from ``POST /v1/voices``) need a folder both
-sides can reach: with ``ref_dir`` set the gateway writes each clip there once,
-named by its fingerprint, and sends that path (``ref_dir_upstream`` when the
-upstream mounts it elsewhere). Without ``ref_dir`` the engine does not claim to
-clone from uploaded audio.
+Reference clips are keyed by content and read only through the operator's reference folders; before
+a render the upstream is made to hold each clip's current content (a record in the cache folder says
+what each upstream path had when last loaded; ``GET /set_refer_audio`` reloads it). Weight switches
+(``switches``) change the revision in force; every render holds the switchboard's fence
+(``upstream.revision``). With ``ref_dir`` uploaded clips are staged there.
 """
 
 from __future__ import annotations
@@ -60,109 +21,21 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import blake3
-
-from ..audio import Audio, fingerprint_reference
-from ..errors import BadReferenceAudio, InvalidParameter, UpstreamError
-from ..params import ParamSpec
-from ..references import DEFAULT_TENANT, ReferenceClip, ReferenceFolders
-from ..request import ResolvedRequest
-from .base import UpstreamEngine
-from .decode import wav_stream
-from .http import error_fields, error_message
+from ...audio import Audio
+from ...errors import InvalidParameter, UpstreamError
+from ...references import ReferenceClip, ReferenceFolders
+from ...request import ResolvedRequest
+from ...upstream.base import UpstreamEngine
+from ...upstream.decode import wav_stream
+from ...upstream.http import error_fields, error_message
+from .fields import LANGUAGES, PARAMS, SEED_LIMIT, aux_paths, clip_params
 
 log = logging.getLogger("voxcache.upstream")
 
-LANGUAGES = ("auto", "auto_yue", "en", "zh", "ja", "yue", "ko", "all_zh", "all_ja", "all_yue",
-             "all_ko")
-"""api_v2's text_lang/prompt_lang values for v2 and later (v1 lacks the yue/ko ones)."""
-SPLIT_METHODS = ("cut0", "cut1", "cut2", "cut3", "cut4", "cut5")
-SEED_LIMIT = 2**32
-"""GPT-SoVITS seeds numpy, which takes 0 ≤ seed < 2**32."""
 REFERENCE_RECORD_LIMIT = 4096
 """Paths remembered as loaded; a forgotten one is merely loaded again."""
 AUX_SENT, AUX_LOADED, STALE = "aux:sent", "aux:loaded", "stale"
 """Entries of the reference record about auxiliary clips (see ``_load_current``)."""
-
-
-def _spec(name: str, kind: str, default: Any, doc: str, *, shapes: bool = True,
-          **limits: Any) -> ParamSpec:
-    return ParamSpec(name, kind, default, shapes_waveform=shapes, doc=doc, **limits)
-
-
-PARAMS: dict[str, ParamSpec] = {s.name: s for s in (
-    _spec("ref_audio_path", "str", "", "reference clip, a path on the upstream", shapes=False),
-    _spec("ref_audio_id", "str", "", "content id (pcm:… or bytes:…) of ref_audio_path"),
-    _spec("aux_ref_audio_paths", "str", "", "JSON list of extra reference paths", shapes=False),
-    _spec("aux_ref_audio_ids", "str", "", "sorted ids of aux_ref_audio_paths, comma-separated"),
-    _spec("prompt_text", "str", "", "what the reference clip says (empty: ref-free mode)"),
-    _spec("prompt_lang", "str", "", "language of prompt_text (empty: same as text_lang)",
-          choices=("", *LANGUAGES)),
-    _spec("top_k", "int", 15, "top-k sampling", minimum=1, maximum=1000),
-    _spec("top_p", "float", 1.0, "top-p sampling", minimum=0.0, maximum=1.0),
-    _spec("temperature", "float", 1.0, "sampling temperature", minimum=0.01, maximum=10.0),
-    _spec("text_split_method", "str", "cut5", "how text is cut into segments",
-          choices=SPLIT_METHODS),
-    _spec("batch_size", "int", 1, "T2S batch size (changes numerics)", minimum=1, maximum=200),
-    _spec("batch_threshold", "float", 0.75, "batch bucketing threshold", minimum=0.0,
-          maximum=1.0),
-    _spec("split_bucket", "bool", True, "sort segments into buckets by length"),
-    _spec("fragment_interval", "float", 0.3, "seconds of silence between fragments",
-          minimum=0.0, maximum=10.0),
-    _spec("streaming_mode", "int", 0, "0 whole, 1 fragments, 2/3 streaming decode",
-          choices=(0, 1, 2, 3)),
-    _spec("parallel_infer", "bool", True, "batched T2S inference"),
-    _spec("repetition_penalty", "float", 1.35, "T2S repetition penalty", minimum=0.0,
-          maximum=10.0),
-    _spec("sample_steps", "int", 32, "CFM steps (v3/v4)", minimum=1, maximum=256),
-    _spec("super_sampling", "bool", False, "24→48 kHz super-sampling (v3)"),
-    _spec("overlap_length", "int", 2, "semantic-token overlap (streaming modes 2/3)",
-          minimum=0, maximum=1000),
-    _spec("min_chunk_length", "int", 16, "minimum tokens per chunk (streaming modes 2/3)",
-          minimum=1, maximum=10000),
-)}
-
-def clip_id(data: bytes) -> str:
-    """A reference clip's content id: its decoded samples, else (a format only the upstream
-    decodes, or a clip over our length limit) its bytes."""
-    try:
-        return "pcm:" + fingerprint_reference(data).fingerprint
-    except BadReferenceAudio:
-        return "bytes:" + blake3.blake3(data).hexdigest()
-
-
-def reference_params(references: ReferenceFolders, ref_audio_path: str,
-                     aux_ref_audio_paths: Sequence[str] = (),
-                     tenant: str = DEFAULT_TENANT) -> dict[str, str]:
-    """The four reference parameters of a request naming clips by path, read through
-    ``references`` for ``tenant`` (a path it may not read is refused, never keyed)."""
-    aux = list(aux_ref_audio_paths)
-    main = references.read(ref_audio_path, tenant) if ref_audio_path else None
-    return _params(ref_audio_path, main, aux, [references.read(p, tenant) for p in aux])
-
-
-def _params(path: str, main: ReferenceClip | None, aux: list[str],
-            aux_clips: list[ReferenceClip]) -> dict[str, str]:
-    return {
-        "ref_audio_path": path,
-        "ref_audio_id": clip_id(main.data) if main is not None else "",
-        "aux_ref_audio_paths": json.dumps(aux) if aux else "",
-        "aux_ref_audio_ids": ",".join(sorted({clip_id(c.data) for c in aux_clips})),
-    }
-
-
-def _aux_paths(text: str) -> list[str]:
-    """Decode the ``aux_ref_audio_paths`` parameter (a JSON list of strings)."""
-    if not text:
-        return []
-    try:
-        paths = json.loads(text)
-    except ValueError:
-        paths = None
-    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
-        raise InvalidParameter(
-            f"aux_ref_audio_paths must be a JSON list of paths, got {text[:100]!r}")
-    return paths
 
 
 class GptSovitsEngine(UpstreamEngine):
@@ -298,17 +171,17 @@ class GptSovitsEngine(UpstreamEngine):
                 "GPT-SoVITS needs a reference voice: set ref_audio_path (a clip in this "
                 "server's reference folders)"
                 + (" or send reference audio" if self.ref_dir else ""))
-        aux = _aux_paths(p["aux_ref_audio_paths"])
+        aux = aux_paths(p["aux_ref_audio_paths"])
         main = self.references.read(path, request.tenant)
         aux_clips = [self.references.read(a, request.tenant) for a in aux]
-        expected = _params(path, main, aux, aux_clips)
+        expected = clip_params(path, main, aux, aux_clips)
         for name in ("ref_audio_id", "aux_ref_audio_ids"):
             if p[name] != expected[name]:
                 raise InvalidParameter(
                     f"{name} does not match the reference clip on disk now (it changed after "
                     "the request was keyed, or the id was not computed from it); send the "
                     "request again, or build the parameters with "
-                    "voxcache.upstream.gpt_sovits.reference_params")
+                    "voxcache.protocols.gpt_sovits.fields.reference_params")
         return (self._upstream_path(main), p["prompt_text"],
                 [self._upstream_path(c) for c in aux_clips])
 

@@ -6,13 +6,13 @@ One function per route, named after it, taking exactly the route's form fields
 ``spk_id`` is the voice, ``prompt_wav`` the reference clip, ``instruct_text``
 the instruct — so the configured engine, an upstream CosyVoice or not, decides
 what it can honour and refuses the rest with a 400. The reverse mapping (which
-route a resolved request needs) is ``upstream.cosyvoice.cosyvoice_route``.
+route a resolved request needs) is ``upstream.cosyvoice_route``.
 """
 
 from __future__ import annotations
 
-from ..errors import InvalidParameter
-from ..request import SynthesisRequest
+from ...errors import InvalidParameter
+from ...request import SynthesisRequest
 
 ROUTES = ("inference_sft", "inference_zero_shot", "inference_cross_lingual",
           "inference_instruct", "inference_instruct2")

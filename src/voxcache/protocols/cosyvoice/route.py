@@ -1,26 +1,11 @@
 """CosyVoice-compatible ``/inference_*`` routes, as its FastAPI server serves them.
 
-Written against ``runtime/python/fastapi/server.py`` (main), so its ``client.py``
-works unchanged:
-
-- Same routes, each registered for GET and POST; same form fields
-  (``prompt_wav`` a file upload). A clip may be as large as a ``/v1/voices``
-  upload (``max_upload_bytes``, 10 MB): the server itself has no limit.
-- Same answer: raw little-endian int16 mono PCM, no header, no media type, sent
-  as it is produced. A miss streams chunk by chunk as the engine (or the
-  upstream CosyVoice) yields it, and every other caller of the same key follows
-  the same render live (``X-Cache: JOINED``); a hit is sent at once. A take that
-  fails after its first chunk is cut off — the connection closes before the
-  chunked body's end — never ended cleanly, and nothing of it is stored.
-- Same errors: what FastAPI itself refuses is answered by FastAPI's own
-  handlers (a missing or empty field: 422 ``{"detail": [{type, loc, msg,
-  input}]}``; an unparsable body: 400 ``{"detail": "…"}``), not reshaped by the
-  service's. What voxcache refuses is ``{"detail": message}`` (the service's
-  ``{"error": …}`` beside it) with the service's status, except that an upstream's
-  4xx keeps its status: a client must not retry what the upstream will refuse again.
-- The model's rate is not in the stream (a client assumes 22050 or 24000 Hz), so it
-  is sent as ``X-Sample-Rate`` and as ``X-Custom-Header-sampleRate``, which older
-  revisions of the server send.
+Written against ``runtime/python/fastapi/server.py`` (main), so its ``client.py`` works unchanged:
+the same routes for GET and POST, the same form fields (a clip up to ``max_upload_bytes``), raw
+int16 PCM streamed as it is produced (a take failing after its first chunk is cut off, never ended
+cleanly, and not stored), FastAPI's own 422/400 refusals and ``{"detail": message}`` for voxcache's
+(an upstream's 4xx keeps its status). The rate goes out as ``X-Sample-Rate`` and as the older
+server's ``X-Custom-Header-sampleRate``. Details: docs/operating/gateway.md, "CosyVoice".
 """
 
 from __future__ import annotations
@@ -41,11 +26,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ...errors import UpstreamError, VoxcacheError
 from ...request import SynthesisRequest
-from ...upstream import cosyvoice_api as api
-from ..errors import PayloadTooLarge, error_response
-from ..guard import render_priority
-from ..options import ServiceOptions
-from .compat import Streamed, serve_streamed, tenant_of
+from ...service.errors import PayloadTooLarge, error_response
+from ...service.guard import render_priority
+from ...service.options import ServiceOptions
+from ...service.routes.compat import Streamed, serve_streamed, tenant_of
+from . import mapping as api
 
 ROUTE = "cosyvoice"
 """The route label of these requests in the service's metrics."""

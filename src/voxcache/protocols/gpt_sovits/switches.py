@@ -1,28 +1,11 @@
 """GPT-SoVITS ``api_v2`` weight and control calls: what each leaves in force on the upstream.
 
-Read from ``api_v2.py`` and ``GPT_SoVITS/TTS_infer_pack/TTS.py`` (main), the
-upstream keeps its weights in three places, and they can disagree:
-
-- **loaded**: what renders now.
-- **configured**: ``TTS_Config`` in memory (``t2s_weights_path``, ``vits_weights_path``).
-- **saved**: the ``tts_infer.yaml`` it was started with; every ``save_configs()``
-  writes *all* of ``configured`` there, and a restart loads what it names.
-
-``/set_gpt_weights`` (``init_t2s_weights``) sets the configured path and saves
-*before* loading: a path that fails to load still lands in the file, while the
-old weights keep rendering. ``/set_sovits_weights`` (``init_vits_weights``) sets
-the configured path, loads, and saves only after a successful load; a failed
-one leaves its path in memory for the next save to write. An empty path is
-refused before anything changes. ``/control?command=restart`` re-executes the
-server with its arguments, so it comes back with the *saved* weights — the last
-ones switched to, not the ones it was first started with (``exit`` too, once the
-operator starts it again). ``/set_refer_audio`` loads a reference clip and
-leaves the weights alone.
-
-The revision in force names each loaded weights file by its name and a hash of
-its path (``gpt=s1v3.ckpt@1a2b3c4d5e6f``): readable in ``voxcache explain``,
-distinct for every path, and without the upstream's folders (``/readyz`` shows
-the revision to anyone).
+The upstream keeps its weights in three places that can disagree — loaded, configured
+(``TTS_Config``) and saved (``tts_infer.yaml``, rewritten whole by every ``save_configs()``) — and
+each call changes them differently (docs/operating/gateway.md, "Switching weights", has the table
+read from ``api_v2.py`` and ``TTS.py``). The revision in force names each loaded weights file by its
+name and a hash of its path (``gpt=s1v3.ckpt@1a2b3c4d5e6f``): readable, distinct for every path, and
+without the upstream's folders (``/readyz`` shows it to anyone).
 """
 
 from __future__ import annotations
@@ -34,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import blake3
 
-from ..errors import InvalidParameter, UpstreamError
-from .gpt_sovits import AUX_LOADED, AUX_SENT, STALE
+from ...errors import InvalidParameter, UpstreamError
+from .upstream import AUX_LOADED, AUX_SENT, STALE
 
 if TYPE_CHECKING:
-    from .gpt_sovits import GptSovitsEngine
+    from .upstream import GptSovitsEngine
 
 WEIGHTS = {"/set_gpt_weights": "gpt", "/set_sovits_weights": "sovits"}
 """The weight switches, and the name each puts in the revision."""

@@ -1,20 +1,10 @@
 """CosyVoice's zero-shot prompt (what ``spk2info`` holds), persistent and keyed by content.
 
-``CosyVoiceFrontEnd.frontend_zero_shot(tts_text, prompt_text, prompt_wav,
-resample_rate, zero_shot_spk_id)`` extracts, for every call without a speaker id,
-the prompt's text tokens, its speech tokens (an ONNX tokenizer), its mel
-features and a CAM++ speaker embedding — the same for every sentence in that
-voice. CosyVoice's own answer is ``add_zero_shot_spk``: an in-memory dict keyed by
-a name the caller picks, lost on restart and reused by name whatever the prompt
-(CosyVoice#1400).
-
-``CosyVoicePrompts.install(frontend)`` wraps that one method on the instance: a
-call without ``zero_shot_spk_id`` gets its prompt part from the stage cache, keyed
-by the clip's decoded PCM, the prompt text, the resample rate (it decides the
-CosyVoice2 token/feature trimming), the tenant and the frontend's revision; only
-the new sentence's text tokens are extracted. ``inference_zero_shot``,
-``inference_cross_lingual`` and ``inference_instruct2`` all go through it, so
-they are cached unchanged. A call with a ``zero_shot_spk_id`` is left alone.
+``frontend_zero_shot`` extracts the prompt's text and speech tokens, mel features and speaker
+embedding on every call without a speaker id; CosyVoice's own ``add_zero_shot_spk`` is in memory and
+reused by name whatever the prompt (CosyVoice#1400). ``CosyVoicePrompts.install(frontend)`` takes
+that prompt part from the stage cache, keyed by the clip's PCM, the prompt text, the resample rate,
+the tenant and the revision (docs/internals/stages.md); calls with a speaker id are left alone.
 """
 
 from __future__ import annotations
@@ -22,9 +12,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .cache import StageCache, StageResult
-from .engine_clips import clip_of
-from .keys import DEFAULT_TENANT, StageInputs
+from ...stages.cache import StageCache, StageResult
+from ...stages.engine_clips import clip_of
+from ...stages.keys import DEFAULT_TENANT, StageInputs
 
 EXTRACTOR = "cosyvoice.frontend_zero_shot"
 PER_SENTENCE = ("text", "text_len")

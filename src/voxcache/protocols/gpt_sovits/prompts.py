@@ -1,26 +1,12 @@
-"""GPT-SoVITS ``TTS.prompt_cache``, persistent, shared and keyed by content.
+"""GPT-SoVITS ``TTS.prompt_cache``, persistent, shared and keyed by content
+(docs/internals/stages.md).
 
-``TTS.run(inputs)`` keeps one prompt in ``self.prompt_cache``: the reference's
-semantic tokens (CN-HuBERT + the SoVITS quantizer) and spectrogram, recomputed
-only when ``ref_audio_path`` differs *as a string* from the last call's, and the
-prompt text's phones and BERT features, recomputed only when the text differs.
-So a restart loses it (GPT-SoVITS#2141), and a new clip written to the same path
-keeps the old voice.
-
-``GPTSoVITSPrompts.install(tts)`` wraps ``run`` on the instance: before each call
-it reads the reference, fingerprints its decoded PCM, fetches that clip's prompt
-from the stage cache (or extracts it once with the engine's own methods) and puts
-it in ``prompt_cache`` under the path the caller gave, so ``run`` finds it current
-and skips its own extraction. Auxiliary references are left to ``run`` (it
-recomputes them whenever their paths change; they are not cached here).
-
-The raw reference samples ``prompt_cache`` also holds (``raw_audio``/``raw_sr``,
-for v3/v4 vocoders) are never stored: they are the clip itself. They are set from
-the clip already read for the fingerprint. v2Pro's ``refer_spec`` carries the clip
-resampled to 16 kHz beside the spectrogram, so for v2Pro the spectrogram is not
-stored either: ``_get_ref_spec`` (an STFT and a resample, milliseconds) runs on
-each load and only the network outputs and text features are cached. That keeps
-privacy mode's promise that the cache holds derived artifacts only.
+``TTS.run`` keeps one prompt, recomputed only when ``ref_audio_path`` differs *as a string*: a
+restart loses it (GPT-SoVITS#2141) and a new clip at the same path keeps the old voice.
+``GPTSoVITSPrompts.install(tts)`` wraps ``run`` so each call's prompt comes from the stage cache,
+keyed by the clip's decoded PCM (extracted once with the engine's own methods). The raw clip samples
+(``raw_audio``) are never stored, nor v2Pro's ``refer_spec`` (it holds the clip at 16 kHz): privacy
+mode keeps derived artifacts only. Auxiliary references are left to ``run``.
 """
 
 from __future__ import annotations
@@ -31,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from .cache import Artifact, StageCache, StageResult
-from .clip import Clip
-from .engine_clips import clip_of
-from .keys import DEFAULT_TENANT, StageInputs
+from ...stages.cache import Artifact, StageCache, StageResult
+from ...stages.clip import Clip
+from ...stages.engine_clips import clip_of
+from ...stages.keys import DEFAULT_TENANT, StageInputs
 
 EXTRACTOR = "gpt-sovits.prompt_cache"
 SENTENCE_ENDS = frozenset("，。？！,.?!~:：—…")

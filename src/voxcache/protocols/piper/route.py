@@ -1,24 +1,11 @@
-"""Piper's own HTTP protocol (``python -m piper.http_server``): ``POST /synthesize``,
-``GET /info``, ``GET /voices`` — so a client written for Piper's server only changes the
-address, in front of a ``piper-http`` upstream or with the embedded Piper engine.
+"""Piper's own HTTP protocol (``python -m piper.http_server``): ``POST /synthesize``, ``GET /info``,
+``GET /voices`` — so a client written for Piper's server only changes the address, in front of a
+``piper-http`` upstream or with the embedded Piper engine.
 
-Read against piper-tts 1.8's ``piper/http_server.py``:
-
-- ``POST /synthesize`` takes a JSON object (whatever the Content-Type says): ``text``
-  (stripped; required), ``voice`` (a voice the server does not have means its default,
-  as Piper does), ``speaker`` (a name of a multi-speaker voice), ``speaker_id`` (wins
-  over ``speaker``; one past the voice's speakers means speaker 0, as Piper does),
-  ``length_scale``, ``noise_scale``, ``noise_w_scale`` (numbers, or strings of numbers,
-  as Piper's ``float()`` takes them). Other fields are ignored. The answer is the whole
-  take as a plain 44-byte-header WAV, as Piper writes it with ``wave`` — the same bytes
-  for the same samples — keyed and cached like every other route (``X-Cache``).
-- ``GET /info`` and ``GET /voices``: the server's own documents (proxied, Flask's compact
-  sorted JSON), or while it cannot be reached the ones read at start; ``last`` is null
-  once API keys are configured (it is whoever spoke last, any tenant).
-- Errors are Flask's HTML pages (``<title>400 Bad Request</title>`` …). Where Piper
-  answers a request it cannot use with a 500 (no text, a body that is not JSON, a text
-  that is not a string), the gateway answers 400 with what to fix; an upstream that
-  failed is 502, overload 503 with ``Retry-After``.
+Read against piper-tts 1.8's ``piper/http_server.py`` (docs/operating/gateway.md, "Piper's HTTP
+server"): the same fields, leniency and WAV bytes; its documents passed through (``last`` null once
+API keys are configured); Flask's HTML error pages, with a 400 saying what to fix where Piper would
+answer 500, 502 for a failed upstream and 503 with ``Retry-After`` for overload.
 """
 
 from __future__ import annotations
@@ -36,8 +23,8 @@ from ...engine import Engine
 from ...errors import InvalidParameter, NotFound, Overloaded, VoxcacheError
 from ...formats import FORMATS, encode
 from ...request import SynthesisRequest
-from ..guard import render_priority
-from .compat import engine_of, serve, status_of, tenant_of
+from ...service.guard import render_priority
+from ...service.routes.compat import engine_of, serve, status_of, tenant_of
 
 log = logging.getLogger("voxcache.service")
 router = APIRouter(tags=["piper"], dependencies=[Depends(render_priority)])

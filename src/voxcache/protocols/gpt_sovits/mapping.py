@@ -1,32 +1,12 @@
 """GPT-SoVITS api_v2 ``/tts`` fields → a core ``SynthesisRequest``, for any engine.
 
-Clients of GPT-SoVITS keep speaking ``/tts`` whatever engine is configured:
-``text_lang`` becomes the language, ``speed_factor`` the speed, ``seed`` the
-seed, ``media_type`` and ``streaming_mode`` how the answer is delivered. The
-sampling fields (``top_k``, ``text_split_method`` …) reach an engine only if it
-declares them — the GPT-SoVITS upstream does, under the same names. For any
-other engine a field left at api_v2's default is accepted (clients often send
-every field) and any other value is a 400: silently ignoring ``top_k=5`` would
-serve audio rendered with settings the caller did not ask for.
-
-Leniency and refusals follow api_v2's ``check_params``: a field api_v2 does not
-know is ignored (its POST body is a pydantic model, its GET takes named query
-parameters), and the required ones are refused in its order and words —
-``ref_audio_path`` (for an engine that needs a reference: the GPT-SoVITS
-upstream), ``text``, ``text_lang``, then ``prompt_lang``. api_v2 always
-requires ``prompt_lang``, because it always clones; an engine that speaks
-without a reference has no prompt, so there it is required only with a
-``ref_audio_path`` (whose clip it then describes).
-
-``ref_audio_path`` names a clip in *this* server's reference folders, read only
-through ``voxcache.references`` (refused when the operator configured none,
-tenant-scoped, size-capped). For the GPT-SoVITS upstream the clip is keyed by
-content and its path passed on as the upstream sees it (see
-``upstream.gpt_sovits``); for an embedded engine the route clones from the
-bytes read.
-
-api_v2 takes its text fields as strings; anything else (a list, a number, an
-object) is refused rather than spoken as its ``str()``.
+``text_lang`` is the language, ``speed_factor`` the speed, ``seed`` the seed; sampling fields
+reach an engine only if it declares them, and for any other engine a field left at api_v2's
+default is accepted while another value is a 400 (never silently ignored). Unknown fields are
+ignored and required ones refused in api_v2's order and words; text fields must be strings.
+``ref_audio_path`` is read only through the operator's reference folders: keyed by content for
+the GPT-SoVITS upstream (``fields``), cloned from the bytes read for an embedded engine.
+Why each rule: docs/operating/gateway.md, "GPT-SoVITS api_v2".
 """
 
 from __future__ import annotations
@@ -35,11 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine import Engine
-from ..errors import InvalidParameter, UnsupportedFeature
-from ..references import ReferenceFolders
-from ..request import SynthesisRequest
-from .gpt_sovits import PARAMS, reference_params
+from ...engine import Engine
+from ...errors import InvalidParameter, UnsupportedFeature
+from ...references import ReferenceFolders
+from ...request import SynthesisRequest
+from .fields import PARAMS, reference_params
 
 MEDIA_TYPES = ("wav", "raw", "ogg", "aac")
 REFERENCE_FIELDS = ("ref_audio_path", "aux_ref_audio_paths", "prompt_text", "prompt_lang")

@@ -1,15 +1,10 @@
 """Piper's own HTTP server (``python -m piper.http_server -m VOICE.onnx``) as an upstream.
 
-Its protocol: ``POST /synthesize`` with a JSON body (``text``, ``voice``,
-``speaker_id``, ``length_scale``, ``noise_scale``, ``noise_w_scale``) answers a
-complete WAV; ``GET /info`` names the default voice and ``GET /voices`` returns
-every installed voice's config. The server fills any omitted setting from its
-command-line flags or the voice config, which the gateway cannot see, so every
-declared parameter is always sent explicitly: the key then describes exactly
-what the server was asked. The defaults are the default voice's own inference
-settings, read from ``/voices`` at start, and a hash of that config is part of
-the model revision. ``--sentence-silence`` and the .onnx weights are not
-reported by the server; set ``revision`` when they change.
+``POST /synthesize`` (JSON) answers a whole WAV; ``GET /info`` and ``GET /voices`` describe the
+voices. The server fills omitted settings from flags the gateway cannot see, so every declared
+parameter is sent explicitly and the key says exactly what was asked; the defaults are the default
+voice's config (read from ``/voices`` at start, hashed into the revision). ``--sentence-silence``
+and the .onnx weights are not reported: set ``revision`` when they change.
 """
 
 from __future__ import annotations
@@ -20,12 +15,12 @@ from typing import Any
 
 import blake3
 
-from ..audio import Audio
-from ..errors import UpstreamError
-from ..params import ParamSpec
-from ..request import ResolvedRequest
-from .base import UpstreamEngine
-from .decode import wav_stream
+from ...audio import Audio
+from ...errors import UpstreamError
+from ...params import ParamSpec
+from ...request import ResolvedRequest
+from ...upstream.base import UpstreamEngine
+from ...upstream.decode import wav_stream
 
 
 class PiperHttpEngine(UpstreamEngine):

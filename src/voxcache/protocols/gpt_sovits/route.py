@@ -1,29 +1,13 @@
-"""GPT-SoVITS-compatible ``GET /tts`` (query) and ``POST /tts`` (JSON), as api_v2 serves them.
+"""GPT-SoVITS api_v2's routes: ``GET``/``POST /tts`` and the proxied weight and control calls.
 
-A client written for GPT-SoVITS's ``api_v2.py`` points at voxcache unchanged:
-same field names and defaults (mapped by ``upstream.gpt_sovits_api``: unknown
-fields ignored, required ones refused in api_v2's order and words), and the
-bytes api_v2 sends:
-
-- **whole** (``streaming_mode`` 0/false): ``audio/{media_type}``; a wav is the
-  plain 44-byte-header file ``soundfile`` writes (the stored file's private
-  ``vxch`` chunk stays in storage: clients that read bytes 44.. as PCM are
-  common), raw is the PCM, ogg is Vorbis, aac is ADTS through ffmpeg.
-- **streamed** (1, 2, 3 or true): ``audio/{media_type}``, chunked, as the take
-  is produced — a miss as the engine (the upstream) speaks, a joiner of the
-  same key following live, a hit as one chunk. wav is the header Python's
-  ``wave`` module writes for zero frames (data size 0), then raw PCM; raw is
-  PCM; ogg and aac are packed per chunk, as api_v2 packs each of its chunks.
-  A render that fails after the first chunk cuts the response off (never a
-  clean end), and nothing of it is stored.
-- **errors**: api_v2's ``{"message": …}``, with ``"Exception"`` for a failed
-  render (``{"message": "tts failed", "Exception": …}``); an upstream's own
-  refusal keeps its 4xx status and fields (scrubbed of paths), other failures
-  are 5xx (502 engine or upstream, 503 overloaded, 504 timed out).
-
-``ref_audio_path`` is read only inside the operator's ``reference_roots``
-(``voxcache.references``), confined to the caller's tenant folder when the
-service has API keys; an app without settings reads no path at all.
+A client written for ``api_v2.py`` points at voxcache unchanged (docs/operating/gateway.md,
+"GPT-SoVITS clients"): same fields and defaults (``mapping``), the bytes api_v2 sends — whole, or
+streamed as the take is produced (a render failing after the first chunk cuts the response off and
+stores nothing) — and api_v2's ``{"message"}`` / ``{"message": "tts failed", "Exception"}`` errors;
+an upstream's own 4xx keeps its status. ``ref_audio_path`` is read only inside the operator's
+``reference_roots``. ``/set_gpt_weights``, ``/set_sovits_weights``, ``/set_refer_audio`` and
+``/control`` are proxied to a GPT-SoVITS upstream (``switches`` keeps the revision in force) and
+need an ``[admin]`` key once any API key is configured.
 """
 
 from __future__ import annotations
@@ -50,10 +34,22 @@ from ...errors import (
 from ...formats import FORMATS, encode, wav_header
 from ...references import ReferenceFolders
 from ...runtime import reference_folders
-from ...upstream.gpt_sovits import PARAMS
-from ...upstream.gpt_sovits_api import FIELDS, TtsCall, tts_call
-from ..guard import render_priority
-from .compat import Streamed, engine_of, serve, serve_streamed, status_of, tenant_of
+from ...service.errors import Forbidden
+from ...service.guard import admin_only, render_priority
+from ...service.routes.compat import (
+    Streamed,
+    _cached,
+    engine_of,
+    serve,
+    serve_streamed,
+    status_of,
+    tenant_of,
+)
+from ...upstream.http import error_fields, error_message
+from .fields import PARAMS
+from .mapping import FIELDS, TtsCall, tts_call
+from .switches import proxy
+from .upstream import GptSovitsEngine
 
 router = APIRouter(tags=["gpt-sovits"], dependencies=[Depends(render_priority)])
 _JSON_TYPES = {"int": "integer", "float": "number", "bool": "boolean", "str": "string"}
@@ -214,3 +210,85 @@ def _ffmpeg() -> str:
         raise UnsupportedFeature("media_type aac needs ffmpeg, which this server lacks; "
                                  "use wav, raw or ogg")
     return ffmpeg
+
+
+# -- api_v2's weight and control calls, proxied --------------------------------------------
+
+control_router = APIRouter(tags=["gpt-sovits"])
+"""The proxied weight and control calls (no render priority: they render nothing)."""
+
+
+@control_router.get("/set_gpt_weights")
+async def set_gpt_weights(request: Request) -> Response:
+    """Load other GPT (T2S) weights on the upstream: ``weights_path``, a path on its disk."""
+    return await _proxied(request, "/set_gpt_weights")
+
+
+@control_router.get("/set_sovits_weights")
+async def set_sovits_weights(request: Request) -> Response:
+    """Load other SoVITS (VITS) weights on the upstream: ``weights_path``."""
+    return await _proxied(request, "/set_sovits_weights")
+
+
+@control_router.get("/set_refer_audio")
+async def set_refer_audio(request: Request) -> Response:
+    """Load a reference clip into the upstream's prompt cache: ``refer_audio_path``."""
+    return await _proxied(request, "/set_refer_audio")
+
+
+@control_router.get("/control")
+async def control(request: Request) -> Response:
+    """``command=restart`` (the upstream comes back with its saved weights) or ``exit``."""
+    return await _proxied(request, "/control")
+
+
+async def _proxied(request: Request, endpoint: str) -> Response:
+    try:
+        await _admin(request)
+        engine = _upstream(request, endpoint)
+        answer = await asyncio.to_thread(proxy, engine, endpoint, dict(request.query_params))
+    except VoxcacheError as exc:
+        return api_v2_error(exc)
+    if answer is None:  # it re-executed itself before answering, as api_v2 does on restart
+        return JSONResponse({"message": "success"})
+    return _passed_on(answer)
+
+
+async def _admin(request: Request) -> None:
+    """An ``[admin]`` key once any key is configured (a tenant's key may not switch)."""
+    if getattr(request.app.state, "options", None) is None:
+        return  # the routers mounted on a library user's own app: their app, their rules
+    try:
+        await admin_only(request)
+    except Forbidden:
+        raise Forbidden("a tenant's API key cannot switch the upstream's weights (a switch "
+                        "changes every tenant's voice); send a key from the config's "
+                        "[admin] api_keys") from None
+
+
+def _upstream(request: Request, endpoint: str) -> GptSovitsEngine:
+    """The GPT-SoVITS upstream, attached to the app's cache folder (where switches are
+    recorded); any other engine is refused."""
+    cached = _cached(request)
+    engine = cached.engine
+    if not isinstance(engine, GptSovitsEngine):
+        raise UnsupportedFeature(
+            f"{endpoint} is GPT-SoVITS api_v2's; this server renders with {engine.id!r}, "
+            "which voxcache does not switch at run time (start it with other settings)")
+    engine.attach(cached.cache)
+    return engine
+
+
+def _passed_on(answer: Any) -> Response:
+    """The upstream's answer: 2xx as sent, 4xx with its fields scrubbed of paths, anything
+    else a 502 naming the upstream's status."""
+    status = answer.status_code
+    if 200 <= status < 300:
+        return Response(answer.content, status_code=status,
+                        media_type=answer.headers.get("content-type", "application/json"))
+    text = error_message(answer.content)
+    if 400 <= status < 500:
+        fields = error_fields(answer.content)
+        return JSONResponse(fields if fields.get("message") else {"message": text},
+                            status_code=status)
+    return JSONResponse({"message": f"upstream answered {status}: {text}"}, status_code=502)
