@@ -59,7 +59,7 @@ _CANDIDATES = (
     Format("flac", "audio/flac", "FLAC", "PCM_16"),
     Format("mp3", "audio/mpeg", "MP3", "MPEG_LAYER_III"),
     Format("opus", "audio/ogg; codecs=opus", "OGG", "OPUS"),
-    Format("aac", "audio/aac", "ADTS", None),  # through ffmpeg (_aac)
+    Format("aac", "audio/aac", "ADTS", None),  # through ffmpeg (aac)
 )
 
 
@@ -113,7 +113,7 @@ def encode(audio: Audio, fmt: Format) -> bytes:
     if fmt.name == "wav":
         return wav_header(audio.sample_rate, audio.channels, len(audio.pcm)) + audio.pcm
     if fmt.name == "aac":
-        return _aac(audio)
+        return aac(audio)
     import soundfile
 
     samples = audio.samples().reshape(-1, audio.channels).astype(np.float32) / 32768.0
@@ -122,14 +122,14 @@ def encode(audio: Audio, fmt: Format) -> bytes:
     return out.getvalue()
 
 
-def _aac(audio: Audio) -> bytes:
+def aac(audio: Audio, bitrate: str = AAC_BITRATE) -> bytes:
     """AAC-LC in ADTS frames, by ffmpeg's native encoder (PCM in on stdin, ADTS out)."""
     ffmpeg = shutil.which("ffmpeg")
     if ffmpeg is None:  # removed since this process started
         raise UnsupportedFeature(NO_FFMPEG)
     command = [ffmpeg, "-nostdin", "-loglevel", "error", "-f", "s16le",
                "-ar", str(audio.sample_rate), "-ac", str(audio.channels), "-i", "pipe:0",
-               "-c:a", "aac", "-b:a", AAC_BITRATE, "-f", "adts", "pipe:1"]
+               "-c:a", "aac", "-b:a", bitrate, "-f", "adts", "pipe:1"]
     try:
         done = subprocess.run(command, input=audio.pcm, capture_output=True, timeout=120,
                               check=False)

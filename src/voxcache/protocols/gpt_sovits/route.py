@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import io
 import shutil
-import subprocess
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -31,7 +30,7 @@ from ...errors import (
     UpstreamError,
     VoxcacheError,
 )
-from ...formats import FORMATS, encode, wav_header
+from ...formats import FORMATS, aac, encode, wav_header
 from ...references import ReferenceFolders
 from ...runtime import reference_folders
 from ...service.errors import Forbidden
@@ -194,13 +193,7 @@ def _pack(audio: Audio, media_type: str) -> bytes:
         samples = audio.samples().reshape(-1, audio.channels)
         soundfile.write(buffer, samples, audio.sample_rate, format="OGG", subtype="VORBIS")
         return buffer.getvalue()
-    command = [_ffmpeg(), "-loglevel", "error", "-f", "s16le", "-ar", str(audio.sample_rate),
-               "-ac", str(audio.channels), "-i", "pipe:0", "-c:a", "aac", "-b:a", "192k",
-               "-f", "adts", "pipe:1"]
-    done = subprocess.run(command, input=audio.pcm, capture_output=True, check=False)
-    if done.returncode != 0:
-        raise UnsupportedFeature(f"aac encoding failed: {done.stderr.decode()[-200:]}")
-    return done.stdout
+    return aac(audio, bitrate="192k")  # api_v2's bitrate
 
 
 def _ffmpeg() -> str:
