@@ -41,7 +41,10 @@ PROBES = {
 LEARNED_MARKS = (",", ";", ":", "—")
 _WRITTEN = {"en": {",": ", ", ";": "; ", ":": ": ", "—": " — "},
             "zh": {",": "，", ";": "；", ":": "：", "—": "——"}}
-PROFILE_TEXT = "voxcache.join_pauses/1"
+LEVEL = "level_offset_db"
+"""The profile's loudness entry: dB that brings clauses stitched under the level rule to the
+engine's own whole render (Piper: about −1 dB, each clause alone being peak-normalised)."""
+PROFILE_TEXT = "voxcache.join_pauses/2"
 """Stands in for the text in the profile's key (the rest is the request's voice, speed,
 waveform parameters, tenant and the model revision: a new revision learns again)."""
 
@@ -107,28 +110,39 @@ class _Profile:
 
     def found(self, entry: Entry, tier: str, inside_lock: bool) -> dict[str, float]:
         arrays = load_tensors(entry)
-        return dict(zip(LEARNED_MARKS, map(float, arrays["pause_seconds"]), strict=True))
+        learned = dict(zip(LEARNED_MARKS, map(float, arrays["pause_seconds"]), strict=True))
+        return {**learned, LEVEL: float(arrays["level_offset_db"][0])}
 
     def make(self, sink: Progress) -> Made[dict[str, float]]:
         started = time.perf_counter()
         language = "zh" if self.probe.language.lower().startswith(("zh", "ja")) else "en"
-        learned = []
+        learned, offsets = [], []
         for mark in LEARNED_MARKS:
             seen = []
             for template in PROBES[language]:
                 text = template.format(_WRITTEN[language][mark])
-                chunks = list(self.pipeline.render(replace(self.probe, text=text)))
-                pauses = interior_pauses(Audio.join(chunks))
-                seen.append(max(pauses, default=0.0))
+                whole = self._render(text)
+                seen.append(max(interior_pauses(whole), default=0.0))
+                if mark == ",":  # the halves alone, joined as ClauseJoin would, against it
+                    head, tail = text.split(_WRITTEN[language][mark], 1)
+                    halves = [self._render(head + _WRITTEN[language][mark].strip()),
+                              self._render(tail)]
+                    joined = stitch(halves, [",", ""], {",": seen[-1]}, 0.0)
+                    offsets.append(speech_level(whole) - speech_level(joined))
             learned.append(float(np.median(seen)))
+        offset = float(np.clip(np.median(offsets), -MAX_GAIN_DB, MAX_GAIN_DB))
         entry = tensor_entry(self.key, "prompt",
-                             {"pause_seconds": np.array(learned, dtype=np.float32)},
+                             {"pause_seconds": np.array(learned, dtype=np.float32),
+                              "level_offset_db": np.array([offset], dtype=np.float32)},
                              meta={"extractor": "voxcache.join_pauses", "marks":
                                    list(LEARNED_MARKS), "engine": self.probe.engine_id,
                                    "model": self.probe.model_revision,
                                    "compute_seconds": round(time.perf_counter() - started, 3)})
-        return Made(dict(zip(LEARNED_MARKS, learned, strict=True)), entry,
+        return Made({**dict(zip(LEARNED_MARKS, learned, strict=True)), LEVEL: offset}, entry,
                     self.probe.tenant)
+
+    def _render(self, text: str) -> Audio:
+        return Audio.join(list(self.pipeline.render(replace(self.probe, text=text))))
 
     def admit(self, made: Made[dict[str, float]]) -> Made[dict[str, float]]:
         return made
@@ -144,7 +158,13 @@ class _Profile:
 class ClauseJoin:
     """The join rule of a clause plan: piece ``i`` is followed by ``marks[i]`` ("" for a
     sentence join, which stays the engine's own ``JoinRule``). Called on the pieces in
-    order, it returns each as heard, so ``Audio.join`` of what it returns is the take."""
+    order, it returns each as heard, so ``Audio.join`` of what it returns is the take.
+
+    Level rule: an engine that normalises each render (Piper: to full peak) makes a clause
+    alone louder than inside its sentence, the more so the less its peak stands out. A
+    clause is brought down to the quietest clause of its sentence so far (known when it is
+    streamed; the quietest clause is the one whose peak set the whole render's scale), plus
+    the learned offset."""
 
     def __init__(self, marks: list[str], pauses: dict[str, float], gap: float) -> None:
         self.marks = marks
@@ -167,14 +187,17 @@ class ClauseJoin:
         tail = (int(speech[-1]) + 1) * step if after and speech.size else x.size
         x = x[head:max(head, tail)]
         own = speech_level(part)
-        if before and self._level is not None:
-            gain_db = float(np.clip(self._level - own, -MAX_GAIN_DB, MAX_GAIN_DB))
+        if not before:
+            self._level = own
+        if before or after:  # inside a clause-joined sentence: the level rule
+            assert self._level is not None
+            self._level = min(self._level, own)
+            gain_db = float(np.clip(self._level - own + self.pauses.get(LEVEL, 0.0),
+                                    -MAX_GAIN_DB, MAX_GAIN_DB))
             peak = float(np.abs(x).max()) if x.size else 0.0
             if peak:
                 gain_db = min(gain_db, 20 * np.log10(32767.0 / peak))
             x = x * 10 ** (gain_db / 20)
-            own += gain_db
-        self._level = own
         fade = min(int(FADE * rate), x.size // 2)
         if fade:
             ramp = np.linspace(0.0, 1.0, fade, dtype=np.float32)

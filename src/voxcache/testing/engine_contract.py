@@ -40,7 +40,8 @@ TEXTS = {
     "ja": ["ドアが閉まります。ご注意ください！", "ご乗車ありがとうございます。次は東京です。"],
 }
 CLAUSE_TEXTS = {"en": "Thanks for waiting, your order has shipped. It costs 1,000 dollars.",
-                "zh": "感谢您的耐心等待，您的订单已经发货。", "ja": "お待たせしました、ご注文は発送済みです。"}
+                "zh": "感谢您的耐心等待，您的订单已经发货。",
+                "ja": "お待たせしました、ご注文は発送済みです。"}
 UNICODE = {"en": "Café déjà vu — naïve façade, résumé… “quoted” ✓ 42 °C.",
            "zh": "温度是42°C，“请注意”安全✓。", "ja": "温度は42°Cです、「注意」してください✓。"}
 
