@@ -83,7 +83,7 @@ class PausingTone(ToneEngine):
 def test_an_engine_without_the_capability_is_never_split_below_the_sentence(
         cache: Cache) -> None:
     engine = NoClauses()
-    assert enabled("clauses", engine) == "clauses"
+    assert enabled("clauses", engine) == "clauses" and enabled("sentences", engine) is True
     with pytest.raises(UnsupportedFeature, match="clause_safe"):
         CachedEngine(engine, cache, segments="clauses")
     with pytest.raises(InvalidParameter, match="clauses"):
