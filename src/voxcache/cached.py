@@ -99,7 +99,7 @@ class CachedEngine:
         """Serve misses from cached sentences (True, ``policies.segments``) or clauses
         (``"clauses"``, ``policies.clauses``)."""
         if segments_mode:
-            _check_segments(engine, segments_mode)
+            clauses.check_mode(engine, segments_mode)
         self.seed_policy = parse_seed_policy(seed_policy)
         self.takes = TakePools()
         self.upgrades = Upgrades(cache.root, model_policy)
@@ -509,8 +509,8 @@ class _Take:
         if self.refusal is None:  # inside the lock, for a take that is really made here
             self.refusal = engine.gate.before(key, resolved, self.caller)
         if self.whole_request and engine.segments:
-            served = _segmented(engine, resolved, key, self.started, sink, self.refusal,
-                                self.caller)
+            served = clauses.serve_mode(engine, engine.segments, resolved, key, self.started,
+                                        sink, self.refusal, self.caller)
             if served is not None:  # a take with clause joins is not stored whole
                 return Made(served[0], served[0].entry if served[1] else None,
                             resolved.tenant)
@@ -591,23 +591,6 @@ def _finish(flight: Flight[Result], done: Future[Result]) -> None:
 async def _wait(future: Future[Result], timeout: float | None) -> Result:
     """Wait for a shared result; shielded, so a caller that gives up cancels nothing."""
     return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), timeout)
-
-
-def _check_segments(engine: Engine, mode: bool | str) -> None:
-    segments.check_engine(engine)
-    if mode == segments.CLAUSES:
-        clauses.check_engine(engine)
-
-
-def _segmented(engine: CachedEngine, resolved: ResolvedRequest, key: str, started: float,
-               sink: Progress, refusal: str | None, caller: str | None
-               ) -> tuple[Result, bool] | None:
-    """A whole-request miss made of stored segments: (result, whether to store it)."""
-    if engine.segments == segments.CLAUSES:
-        return clauses.serve(engine, resolved, key, started, sink, refusal, caller)
-    result = segments.serve(engine, resolved, key, started, progress=sink, refusal=refusal,
-                            caller=caller)
-    return None if result is None else (result, True)
 
 
 def _memo_key(request: SynthesisRequest) -> tuple[Any, ...] | None:

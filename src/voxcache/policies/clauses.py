@@ -100,6 +100,13 @@ def _first_unclosed(sentence: str) -> int:
     return stack[0] if stack else len(sentence)
 
 
+def check_mode(engine: Engine, mode: bool | str) -> None:
+    """Refuse a segment mode the engine cannot take (sentences, then clauses)."""
+    segments.check_engine(engine)
+    if mode == segments.CLAUSES:
+        check_engine(engine)
+
+
 def check_engine(engine: Engine) -> None:
     """Refuse clause segments for an engine that does not declare them safe."""
     if not getattr(engine, "clause_safe", False):
@@ -195,3 +202,14 @@ def serve(pipeline: Pipeline, resolved: ResolvedRequest, key: str, started: floa
     if any(marks):
         pipeline.count("clause_stitches")
     return result, not any(marks)
+
+
+def serve_mode(pipeline: Pipeline, mode: bool | str, resolved: ResolvedRequest, key: str,
+               started: float, progress: Progress, refusal: str | None,
+               caller: str | None) -> tuple[Result, bool] | None:
+    """A whole-request miss in segment mode ``mode``: (result, whether to store it whole)."""
+    if mode == segments.CLAUSES:
+        return serve(pipeline, resolved, key, started, progress, refusal, caller)
+    result = segments.serve(pipeline, resolved, key, started, progress=progress,
+                            refusal=refusal, caller=caller)
+    return None if result is None else (result, True)

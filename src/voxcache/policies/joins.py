@@ -187,10 +187,9 @@ class ClauseJoin:
         tail = (int(speech[-1]) + 1) * step if after and speech.size else x.size
         x = x[head:max(head, tail)]
         own = speech_level(part)
-        if not before:
+        if not before or self._level is None:
             self._level = own
-        if before or after:  # inside a clause-joined sentence: the level rule
-            assert self._level is not None
+        if (before or after) and speech.size:  # inside a clause-joined sentence: the level rule
             self._level = min(self._level, own)
             gain_db = float(np.clip(self._level - own + self.pauses.get(LEVEL, 0.0),
                                     -MAX_GAIN_DB, MAX_GAIN_DB))
