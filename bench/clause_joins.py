@@ -4,8 +4,10 @@
 
 For each sentence: Piper's own whole render ("live") against the take
 ``CachedEngine(segments="clauses")`` stitches from clauses rendered alone (fresh cache,
-Piper's default noise, so both are ordinary takes). Per join, the pause: the k longest
-inner silences of each take (k joins), in order, compared pairwise (median and p95 of
+Piper's default noise, so both are ordinary takes). A second live take of each sentence
+gives the floor (one live take against another: Piper's noise alone). Per join, the
+pause: the k longest inner silences of each take (k joins), in order, compared pairwise
+(median and p95 of
 |stitched − live| in ms). Loudness: integrated loudness (ITU-R BS.1770-4, pyloudnorm)
 of both, |difference| in LU. Word error: Whisper base (the quality gate's transcriber
 and scorer, numbers left out) on both. First audio: a new sentence that opens with a
@@ -118,14 +120,20 @@ def main() -> None:
         if stitched.segments_hit + stitched.segments_rendered != joins + 1:
             kept_whole.append(text)  # the engine would split a clause again: no clause join
             continue
-        rows.append({"text": text, "joins": joins, "live": live, "stitched": stitched.audio})
+        again = Audio.join(list(piper.render(cached.resolve(SynthesisRequest(text)))))
+        rows.append({"text": text, "joins": joins, "live": live, "stitched": stitched.audio,
+                     "again": again})
     pause_diffs, lu_diffs, pauses_live, pauses_stitched = [], [], [], []
+    floor_pauses, floor_lu = [], []  # one live take against another: the noise floor
     for row in rows:
         a, b = join_pauses(row["live"], row["joins"]), join_pauses(row["stitched"], row["joins"])
+        c = join_pauses(row["again"], row["joins"])
         pauses_live += a
         pauses_stitched += b
         pause_diffs += [abs(x - y) * 1000 for x, y in zip(a, b, strict=True)]
+        floor_pauses += [abs(x - y) * 1000 for x, y in zip(a, c, strict=True)]
         lu_diffs.append(abs(loudness(row["live"]) - loudness(row["stitched"])))
+        floor_lu.append(abs(loudness(row["live"]) - loudness(row["again"])))
     report: dict[str, Any] = {
         "sentences": len(rows), "kept_whole": kept_whole, "joins": sum(r["joins"] for r in rows),
         "learned_pauses_ms": {m: round(s * 1000) for m, s in profile.items() if m != LEVEL},
@@ -136,7 +144,11 @@ def main() -> None:
         "pause_diff_median_ms": round(statistics.median(pause_diffs)),
         "pause_diff_p95_ms": round(pct(pause_diffs, 95)),
         "lu_diff_median": round(statistics.median(lu_diffs), 2),
-        "lu_diff_p95": round(pct(lu_diffs, 95), 2), "lu_diff_max": round(max(lu_diffs), 2)}
+        "lu_diff_p95": round(pct(lu_diffs, 95), 2), "lu_diff_max": round(max(lu_diffs), 2),
+        "live_vs_live_pause_diff_median_ms": round(statistics.median(floor_pauses)),
+        "live_vs_live_pause_diff_p95_ms": round(pct(floor_pauses, 95)),
+        "live_vs_live_lu_median": round(statistics.median(floor_lu), 2),
+        "live_vs_live_lu_max": round(max(floor_lu), 2)}
     if not args.no_asr:
         report.update(word_errors(rows, folder))
     report.update(first_audio(cached, piper, rows[: args.first_audio]))
