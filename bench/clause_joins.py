@@ -5,14 +5,13 @@
 For each sentence: Piper's own whole render ("live") against the take
 ``CachedEngine(segments="clauses")`` stitches from clauses rendered alone (fresh cache,
 Piper's default noise, so both are ordinary takes). A second live take of each sentence
-gives the floor (one live take against another: Piper's noise alone). Per join, the
-pause: the k longest inner silences of each take (k joins), in order, compared pairwise
-(median and p95 of
-|stitched − live| in ms). Loudness: integrated loudness (ITU-R BS.1770-4, pyloudnorm)
-of both, |difference| in LU. Word error: Whisper base (the quality gate's transcriber
-and scorer, numbers left out) on both. First audio: a new sentence that opens with a
-stored clause, streamed (time to its first chunk) against Piper's first chunk of the
-same sentence rendered live.
+gives the floor (one live take against another: Piper's noise alone). Pause: the k
+longest inner silences of each take (k joins), in order, compared pairwise (median and
+p95 of |stitched − live|, ms). Loudness: integrated loudness (ITU-R BS.1770-4,
+pyloudnorm) of both, |difference| in LU. Word error: Whisper base (the quality gate's
+transcriber and scorer, numbers left out) on both. First audio: a new sentence opening
+with a stored clause, streamed (time to its first chunk), against Piper's first chunk of
+the same sentence rendered live.
 """
 
 from __future__ import annotations
