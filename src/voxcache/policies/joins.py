@@ -95,7 +95,7 @@ def pause_profile(pipeline: Pipeline, resolved: ResolvedRequest) -> dict[str, fl
     """Seconds of pause the engine makes at each mark for this voice and revision; learned
     once (the longest inner pause of each probe rendered whole, median over probes) and
     loaded from the cache after that."""
-    probe = replace(resolved, text=PROFILE_TEXT)
+    probe = replace(resolved, text=PROFILE_TEXT, seed=None)  # not one profile per seed
     key = digest(pipeline.key_payload(probe, kind="join_pauses"))
     value, _ = pipeline.loader.load(key, "prompt", _Profile(pipeline, probe, key),
                                     wait=pipeline.lock_wait)
@@ -108,8 +108,11 @@ class _Profile:
     def __init__(self, pipeline: Pipeline, probe: ResolvedRequest, key: str) -> None:
         self.pipeline, self.probe, self.key = pipeline, probe, key
 
-    def found(self, entry: Entry, tier: str, inside_lock: bool) -> dict[str, float]:
+    def found(self, entry: Entry, tier: str, inside_lock: bool) -> dict[str, float] | None:
         arrays = load_tensors(entry)
+        if {"pause_seconds", "level_offset_db"} - set(arrays) or arrays[
+                "pause_seconds"].shape != (len(LEARNED_MARKS),):
+            return None  # not a profile this version reads: learn it again
         learned = dict(zip(LEARNED_MARKS, map(float, arrays["pause_seconds"]), strict=True))
         return {**learned, LEVEL: float(arrays["level_offset_db"][0])}
 
