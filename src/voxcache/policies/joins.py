@@ -44,7 +44,7 @@ _WRITTEN = {"en": {",": ", ", ";": "; ", ":": ": ", "—": " — "},
 LEVEL = "level_offset_db"
 """The profile's loudness entry: dB that brings clauses stitched under the level rule to the
 engine's own whole render (Piper: about −1 dB, each clause alone being peak-normalised)."""
-PROFILE_TEXT = "voxcache.join_pauses/2"
+PROFILE_TEXT = "voxcache.join_pauses/3"
 """Stands in for the text in the profile's key (the rest is the request's voice, speed,
 waveform parameters, tenant and the model revision: a new revision learns again)."""
 
@@ -126,12 +126,13 @@ class _Profile:
                 text = template.format(_WRITTEN[language][mark])
                 whole = self._render(text)
                 seen.append(max(interior_pauses(whole), default=0.0))
-                if mark == ",":  # the halves alone, joined as ClauseJoin would, against it
-                    head, tail = text.split(_WRITTEN[language][mark], 1)
-                    halves = [self._render(head + _WRITTEN[language][mark].strip()),
-                              self._render(tail)]
-                    joined = stitch(halves, [",", ""], {",": seen[-1]}, 0.0)
-                    offsets.append(speech_level(whole) - speech_level(joined))
+                # the halves alone, joined as ClauseJoin would, against the whole: one
+                # pair is noisy (a sampling engine), the median of eight is steady
+                head, tail = text.split(_WRITTEN[language][mark], 1)
+                halves = [self._render(head + _WRITTEN[language][mark].strip()),
+                          self._render(tail)]
+                joined = stitch(halves, [mark, ""], {mark: seen[-1]}, 0.0)
+                offsets.append(speech_level(whole) - speech_level(joined))
             learned.append(float(np.median(seen)))
         offset = float(np.clip(np.median(offsets), -MAX_GAIN_DB, MAX_GAIN_DB))
         entry = tensor_entry(self.key, "prompt",
