@@ -1,4 +1,4 @@
-"""Clause joins measured against live Piper (docs/segments.md, "Clause segments").
+"""Clause joins measured against live Piper (docs/internals/segments.md).
 
     python -m bench.clause_joins [--sentences 30] [--first-audio 10] [--json]
 

@@ -5,7 +5,7 @@ Agent speech repeats clauses more than sentences ("Thanks for waiting, …"). Wi
 ``, ; : —`` and ``、，；：`` (``split_clauses``); each clause is keyed exactly like a
 request of that text, and at each position the longest stored run of clauses wins
 (the whole sentence, stored, beats its parts). Missing clauses are rendered alone and
-stored; the joins between clauses are made by ``policies.joins``. docs/segments.md,
+stored; the joins between clauses are made by ``policies.joins``. docs/internals/segments.md,
 "Clause segments", has the rules and the measurements against live renders.
 """
 
