@@ -88,7 +88,9 @@ class Settings:
     """Log lines as ``text`` (a UTC timestamp, level, logger, message) or ``json`` (one
     object per line); ``--log-format`` on the command line."""
     segments: str = "auto"
-    """Segment mode: ``auto`` (on where the engine splits context-free), ``on``, ``off``."""
+    """Segment mode: ``auto`` (on where the engine splits context-free), ``on`` (or
+    ``sentences``), ``clauses`` (below the sentence, for an engine that declares
+    ``clause_safe``; refused for any other), ``off``."""
     seed_policy: str = "pin"
     """Unseeded requests: ``pin``, ``bypass``, ``variants:N`` (requests may override it)."""
     model_policy: str = "strict"

@@ -124,6 +124,8 @@ class PiperEngine(Engine):
     # concatenates chunks with no gap (see PiperVoice.synthesize_wav).
     segments_context_free = True
     segment_gap = 0.0
+    # Each clause is phonemized and rendered from itself alone, like a sentence.
+    clause_safe = True
     # At its default noise every render is a new take; at zero noise (and a fixed thread
     # count) it is byte-identical run to run. onnxruntime sessions take concurrent runs.
     determinism = "sampling"

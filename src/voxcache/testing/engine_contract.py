@@ -28,7 +28,8 @@ from ..audio import Audio
 from ..cache import Cache
 from ..cached import CachedEngine
 from ..engine import DETERMINISM, Engine, JoinRule
-from ..errors import EngineError, RequestError
+from ..errors import EngineError, RequestError, UnsupportedFeature
+from ..policies.clauses import split_clauses
 from ..request import SynthesisRequest
 
 TEXTS = {
@@ -38,6 +39,9 @@ TEXTS = {
     "zh": ["列车即将进站。请站在黄线以外！", "欢迎光临。祝您用餐愉快！"],
     "ja": ["ドアが閉まります。ご注意ください！", "ご乗車ありがとうございます。次は東京です。"],
 }
+CLAUSE_TEXTS = {"en": "Thanks for waiting, your order has shipped. It costs 1,000 dollars.",
+                "zh": "感谢您的耐心等待，您的订单已经发货。",
+                "ja": "お待たせしました、ご注文は発送済みです。"}
 UNICODE = {"en": "Café déjà vu — naïve façade, résumé… “quoted” ✓ 42 °C.",
            "zh": "温度是42°C，“请注意”安全✓。", "ja": "温度は42°Cです、「注意」してください✓。"}
 
@@ -134,6 +138,24 @@ class EngineContract:
                     alone = self.render(cached, self.request(engine, part))
                     assert Audio.join(alone).pcm == chunk.pcm, (
                         f"{part!r} alone is not its chunk of the whole")
+
+    def test_clause_segments_only_where_declared(self, cached: CachedEngine) -> None:
+        """``segments = "clauses"`` is refused unless the engine declares ``clause_safe``;
+        a declaring engine renders every clause alone as one chunk of its own split."""
+        engine = cached.engine
+        if not engine.clause_safe:
+            with pytest.raises(UnsupportedFeature, match="clause"):
+                CachedEngine(engine, cached.cache, segments="clauses")
+            return
+        assert engine.segments_context_free, "clause_safe needs context-free segments"
+        language = engine.default_language.split("-")[0].lower()
+        clauses = [c for s in engine.split_sentences(CLAUSE_TEXTS.get(
+            language, CLAUSE_TEXTS["en"])) or [] for c in split_clauses(s)]
+        assert len(clauses) > 1, "a declaring engine must say its sentences"
+        for clause in clauses:
+            assert engine.split_sentences(clause) in (None, [clause]), clause
+            chunks = self.render(cached, self.request(engine, clause))
+            assert len(chunks) == 1, f"{len(chunks)} chunks for the clause {clause!r}"
 
     def test_the_pause_between_sentences_is_in_the_take_on_every_path(
             self, engine: Engine, tmp_path: Path) -> None:
