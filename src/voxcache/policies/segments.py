@@ -1,27 +1,11 @@
 """Segment mode: serve a request from the sentences the cache has already heard.
 
-Real traffic repeats sentences far more than whole requests. When the engine
-declares how it splits text (``Engine.split_sentences``) and that a sentence's
-audio does not depend on its neighbours, a whole-request miss is served as the
-cached sentences plus the missing ones rendered — in one engine call where the
-engine would split the joined text the same way — stitched with the engine's
-own inter-sentence gap, and stored under the request key as well.
-
-Why a context-free segment's key is the key of the sentence asked alone: the
-engine renders that sentence from the sentence alone, so it *is* the same
-audio; one key means one stored copy, and a one-sentence request and the same
-sentence inside a paragraph hit each other. An engine that conditions on its
-neighbours gets ``kind: "segment"`` keys that include the declared context.
-
-Each sentence passes the storing gate on its own (``policies.admit``): a sentence
-with an order number is served but not stored while its neighbours are, and the
-stitched request take holding it is not stored either (its ``reason`` is the
-sentence's).
-
-Each segment key has its own single flight and cross-process lock, so two
-paragraphs sharing a new sentence render it once. A caller renders every
-segment it leads before it waits on segments others lead, so flights never
-wait on each other in a cycle; locks are taken in key order for the same reason.
+When the engine declares its split (``Engine.split_sentences``) and that a sentence's audio
+does not depend on its neighbours, a whole-request miss is the stored sentences plus the
+missing ones rendered, joined by the engine's join rule. A context-free sentence is keyed
+as the sentence asked alone (one stored copy, hit both ways); each passes the storing gate
+on its own and has its own flight and lock (leaders render before they wait, locks in key
+order: no cycles). docs/internals/segments.md.
 """
 
 from __future__ import annotations

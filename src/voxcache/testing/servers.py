@@ -1,20 +1,12 @@
-"""Real Redis, Redis Cluster, S3 (moto) and Prometheus servers on free ports, for tests and
-benchmarks.
+"""Real Redis, Redis Cluster, S3 (moto), Prometheus and voxcache servers on free ports.
 
-What the shared tiers are proven against: the Debian ``redis-server`` (one instance,
-or a cluster made with ``redis-cli --cluster create``) and moto's S3 server mode
-(the ``moto[server]`` package, in the [test] extra). Shipped with the package, like the
-tier contract, so the test suite, ``bench`` and a multi-node test can share them.
+Child processes started and stopped by their own pid (never the machine's Redis on 6379),
+on random free ports in 20000-40000 (with the cluster bus port +10000), shared by the
+tests, ``bench`` and multi-node checks:
 
-Each server is a child process this module starts and stops by its own pid (never
-the machine's Redis on 6379). Ports are drawn at random from 20000-40000 and checked
-free, together with the cluster bus port (+10000) for cluster nodes.
-
-    with RedisServer(tmp) as server:        server.url, server.kill(), server.start()
-    with RedisClusterServers(tmp) as cl:    cl.url (redis+cluster://…), cl.nodes
-    with MotoS3Server() as s3:              s3.env (AWS_* variables), s3.create_bucket(name)
-    with PrometheusServer(tmp, scrape_configs) as prom:  prom.query(expr), prom.url
-    with serve_process(folder, "--workers", "2") as (url, proc):  a real ``voxcache serve``
+    with RedisServer(tmp) as server:   with RedisClusterServers(tmp) as cl:
+    with MotoS3Server() as s3:         with PrometheusServer(tmp, scrape_configs) as prom:
+    with serve_process(folder, "--workers", "2") as (url, proc):
 """
 
 from __future__ import annotations
