@@ -1,13 +1,10 @@
 """GPT-SoVITS api_v2's routes: ``GET``/``POST /tts`` and the proxied weight and control calls.
 
-A client written for ``api_v2.py`` points at voxcache unchanged (docs/operating/gateway.md,
-"GPT-SoVITS clients"): same fields and defaults (``mapping``), the bytes api_v2 sends — whole, or
-streamed as the take is produced (a render failing after the first chunk cuts the response off and
-stores nothing) — and api_v2's ``{"message"}`` / ``{"message": "tts failed", "Exception"}`` errors;
-an upstream's own 4xx keeps its status. ``ref_audio_path`` is read only inside the operator's
-``reference_roots``. ``/set_gpt_weights``, ``/set_sovits_weights``, ``/set_refer_audio`` and
-``/control`` are proxied to a GPT-SoVITS upstream (``switches`` keeps the revision in force) and
-need an ``[admin]`` key once any API key is configured.
+A client written for ``api_v2.py`` points at voxcache unchanged: same fields and defaults
+(``mapping``), the bytes api_v2 sends (whole or streamed) and its error shapes.
+``ref_audio_path`` is read only inside ``reference_roots``; the weight and control calls are
+proxied (``switches`` keeps the revision) and need an ``[admin]`` key once API keys exist.
+docs/operating/gateway.md, "GPT-SoVITS api_v2".
 """
 
 from __future__ import annotations
