@@ -1,7 +1,7 @@
 """Benchmark 2: HTTP hits — requests/s and latency with keep-alive at 1, 8 and 64 connections.
 
 The limit is nginx serving the very same ~500 KB file with sendfile (through the shipped
-``docs/nginx.conf`` snippet, so the snippet is exercised too). voxcache is measured on its
+``docs/operating/nginx.conf`` snippet, so the snippet is exercised too). voxcache is measured on its
 content-addressed ``GET /v1/audio/{key}`` (a file response) and on ``POST /v1/audio/speech``,
 a hit that must parse JSON and compute the key. wrk is the load generator; it shares the
 two cores with the servers, as a client on the same host would.
@@ -104,7 +104,8 @@ def run(ctx: Context) -> None:
         with servers.nginx(root, ctx.scratch("nginx")) as base:
             status, body, headers = fetch(f"{base}/v1/audio/{KEY}")
             assert status == 200 and body == blob, "nginx snippet did not serve the stored take"
-            rows += measure(ctx, "nginx (docs/nginx.conf, sendfile)", f"{base}/v1/audio/{KEY}")
+            rows += measure(ctx, "nginx (docs/operating/nginx.conf, sendfile)",
+                            f"{base}/v1/audio/{KEY}")
     except FileNotFoundError as exc:
         ctx.note(f"{exc}; the nginx baseline is missing")
     if servers.serve_available():  # uvicorn is there: measure the Python limit too

@@ -6,7 +6,7 @@ them is dropped, and splitting a part again gives that part. Every rule below
 looks only at the stop, the word before it, the next character after whitespace
 and the brackets around it, which is what keeps it idempotent. Where a rule is unsure it does
 not split: one sentence too few costs a little reuse, one too many puts a pause
-in a word ("U.S. | Army"). docs/segments.md, "Sentences in every script", has
+in a word ("U.S. | Army"). docs/internals/segments.md, "Sentences in every script", has
 the rules, the cases, and why this is a rule set rather than pysbd or sentencex.
 """
 

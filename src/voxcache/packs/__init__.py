@@ -8,7 +8,7 @@
 - ``identity``: the engine identity an edge mirrors, carried by every manifest.
 - ``publish`` / ``pull``: a center serving packs over HTTP, an edge pulling them.
 
-The format, the trust rules and the edge pattern are described in docs/edge.md.
+The format, the trust rules and the edge pattern are described in docs/operating/edge.md.
 """
 
 from __future__ import annotations

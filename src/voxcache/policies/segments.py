@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from ..audio import Audio
@@ -62,19 +62,43 @@ def check_engine(engine: Engine) -> None:
             "would sound different; turn segment mode off for this engine")
 
 
-def enabled(setting: str | bool, engine: Engine) -> bool:
+def enabled(setting: str | bool, engine: Engine) -> bool | str:
     """Resolve the ``segments`` setting: ``auto`` turns it on only where it is safe, probing
-    the engine's split in its own default language (``segment_probe``, which logs why)."""
+    the engine's split in its own default language (``segment_probe``, which logs why);
+    ``clauses`` goes below the sentence (``policies.clauses``), only for an engine that
+    declares ``clause_safe`` — refused otherwise, never quietly split less."""
     value = str(setting).strip().lower()
     if value in ("auto", ""):
         from .segment_probe import auto
 
         return auto(engine)
-    if value in ("on", "true", "1", "yes"):
+    if value in ("on", "true", "1", "yes", "sentences"):
         return True
     if value in ("off", "false", "0", "no"):
         return False
-    raise InvalidParameter(f"segments setting {setting!r} must be auto, on or off")
+    if value == "clauses":
+        return CLAUSES
+    raise InvalidParameter(f"segments setting {setting!r} must be auto, on (sentences), "
+                           "clauses or off")
+
+
+CLAUSES = "clauses"
+"""The ``segments`` value of clause segments."""
+
+
+def parse(setting: bool | str) -> bool | str:
+    """A ``CachedEngine(segments=…)`` value: False, True (sentences) or ``"clauses"``."""
+    if isinstance(setting, bool):
+        return setting
+    value = str(setting).strip().lower()
+    if value in ("sentences", "on", "true"):
+        return True
+    if value in ("off", "false", ""):
+        return False
+    if value == CLAUSES:
+        return CLAUSES
+    raise InvalidParameter(f"segments={setting!r} must be True, False, 'sentences' or "
+                           "'clauses'")
 
 
 def plan(pipeline: Pipeline, resolved: ResolvedRequest) -> list[Segment] | None:
@@ -103,14 +127,14 @@ def plan(pipeline: Pipeline, resolved: ResolvedRequest) -> list[Segment] | None:
 class _InOrder(dict[str, Audio]):
     """Segment audio by key that hands each sentence to ``progress`` in request order, as
     soon as it and every sentence before it exist (a stored third sentence waits for a
-    rendered second one; stored leading sentences go at once), under the engine's join
-    rule."""
+    rendered second one; stored leading sentences go at once), under the join rule."""
 
-    def __init__(self, segments: list[Segment], progress: Progress, gap: float) -> None:
+    def __init__(self, segments: list[Segment], progress: Progress,
+                 rule: Callable[[Audio], Audio]) -> None:
         super().__init__()
         self._segments = segments
         self._progress = progress
-        self._rule = JoinRule(gap)
+        self._rule = rule
         self._next = 0
 
     def __setitem__(self, key: str, value: Audio) -> None:
@@ -126,7 +150,8 @@ class _InOrder(dict[str, Audio]):
 def serve(pipeline: Pipeline, resolved: ResolvedRequest, key: str, started: float,
           segments: list[Segment] | None = None,
           progress: Progress = NO_PROGRESS, refusal: str | None = None,
-          caller: str | None = None) -> Result | None:
+          caller: str | None = None,
+          rule: Callable[[], Callable[[Audio], Audio]] | None = None) -> Result | None:
     """Make a whole-request miss from segments (sealed, for the caller to publish); None
     when segment mode does not apply.
 
@@ -134,8 +159,11 @@ def serve(pipeline: Pipeline, resolved: ResolvedRequest, key: str, started: floa
     then every sentence in order as it becomes available — stored ones at once, rendered
     ones as the engine yields them. ``refusal``: why the request's take will not be stored,
     known already (said in ``begin``); ``caller`` counts towards each sentence's
-    ``admit_after``.
+    ``admit_after``. ``rule`` makes the join rule (default: the engine's sentence
+    ``JoinRule``; clause segments bring their own, ``policies.joins``).
     """
+    gap = pipeline.engine.segment_gap
+    rule = rule or (lambda: JoinRule(gap))
     segments = segments if segments is not None else plan(pipeline, resolved)
     if segments is None:
         return None
@@ -152,7 +180,7 @@ def serve(pipeline: Pipeline, resolved: ResolvedRequest, key: str, started: floa
     how, tier = _how(stored, len(segments))
     progress.begin("bypass" if refusal else how, tier, (stored, len(segments) - stored),
                    refusal or "")
-    audio = _InOrder(segments, progress, pipeline.engine.segment_gap)
+    audio = _InOrder(segments, progress, rule())
     audio.update(stored_audio)
     audio.flush()
     missing = list(dict.fromkeys(s.key for s in segments if s.key not in audio))
@@ -168,7 +196,8 @@ def serve(pipeline: Pipeline, resolved: ResolvedRequest, key: str, started: floa
             pipeline.served(seg.resolved, entries[seg.key])
         if pipeline.text_refusal(seg.resolved) is None:  # never-store text stays out of usage
             pipeline.asked(seg.resolved, seg.key, seg.key in hit_keys, kind="segment")
-    stitched = stitch([audio[s.key] for s in segments], pipeline.engine.segment_gap)
+    joining = rule()
+    stitched = Audio.join([joining(audio[s.key]) for s in segments])
     how, tier = _how(hits, len(segments))
     if how == "partial":
         pipeline.count("partials")

@@ -4,13 +4,13 @@
 - ``SpeakerEncoder`` / ``same_speaker``: resemblyzer embeddings (``embeddings``, extra
   ``[embeddings]``);
 - ``CosyVoicePrompts`` / ``GPTSoVITSPrompts``: the engines' own prompt caches made
-  persistent and shared (``cosyvoice``, ``gpt_sovits``);
+  persistent and shared (``protocols.cosyvoice.prompts``, ``protocols.gpt_sovits.prompts``);
 - ``TokenTakes``: autoregressive output per segment, re-decoded without generation
   (``tokens``);
 - ``SessionStates``: decoder prefix state per session and per voice, memory only
   (``sessions``).
 
-Design and figures: docs/stages.md.
+Design and figures: docs/internals/stages.md.
 """
 
 from __future__ import annotations

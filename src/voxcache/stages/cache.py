@@ -145,10 +145,10 @@ class StageCache:
         """
         started = time.perf_counter()
         if kind in MEMORY_ONLY_KINDS:
-            held = self.cache.memory.peek(key, kind)
+            held = self.cache.in_process.peek(key, kind)
             if held is None or _tenant_of(held) != tenant:
                 return None
-            found: tuple[Entry, str] | None = (held, "memory")
+            found: tuple[Entry, str] | None = (held, self.cache.in_process.name)
         else:
             found = self.cache.get_owned(key, tenant, kind)
         if found is None or found[0].header.kind != kind:
@@ -166,7 +166,7 @@ class StageCache:
 
     def _store(self, entry: Entry, inputs: StageInputs) -> None:
         if inputs.kind in MEMORY_ONLY_KINDS:
-            self.cache.memory.replace(entry, tenant=inputs.tenant)
+            self.cache.in_process.replace(entry, tenant=inputs.tenant)
             self._remember_session(inputs, entry)
         else:
             self.cache.put(entry, tenant=inputs.tenant)
@@ -180,10 +180,10 @@ class StageCache:
     def voice_artifacts(self, tenant: str, fingerprint: str) -> list[tuple[str, str]]:
         """(key, kind) of every stored artifact derived from one tenant's voice."""
         anchor = voice_anchor(tenant, fingerprint)
-        stored = set(self.cache.disk.children(anchor))
+        stored = set(self.cache.folder.children(anchor))
         with self._count_lock:
             live = {k for k in self._sessions.get(anchor, ())
-                    if self.cache.memory.contains(k, "session")}
+                    if self.cache.in_process.contains(k, "session")}
         stored |= {(k, "session") for k in live}
         return sorted(stored)
 

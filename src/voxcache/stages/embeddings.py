@@ -29,7 +29,7 @@ INSTALL_HINT = "pip install 'voxcache[embeddings]'"
 SAME_SPEAKER_THRESHOLD = 0.80
 """Cosine similarity at or above which two resemblyzer embeddings count as one speaker.
 
-Measured here (docs/stages.md): two sentences of one voice score 0.92 (Piper's
+Measured here (docs/internals/stages.md): two sentences of one voice score 0.92 (Piper's
 joe, and espeak-ng's en-us alike); different voices 0.44–0.73 (Piper against
 espeak-ng, espeak-ng's en-us against its en+f3 variant, Piper against itself
 pitch-shifted by sox). 0.80 sits between, with margin on both sides; raise it
