@@ -8,6 +8,7 @@ VOXCACHE_EXTRAS=all,test bash scripts/setup.sh sox:sox ffmpeg:ffmpeg chromium:ch
 .venv/bin/python -m pip install -q --no-deps -e tests/plugins/voxcache-styletone
 .venv/bin/ruff check src tests bench
 .venv/bin/lint-imports  # the layers and no import circles ([tool.importlinter] in pyproject.toml)
+.venv/bin/python -m mypy  # the annotations, strict ([tool.mypy] in pyproject.toml)
 # Test files run in parallel, one file per worker at a time (--dist loadfile keeps a file's
 # module fixtures, such as its servers, in one process): on 2 cores two workers take ~0.6x the
 # time of one. (A three-node test once served two takes of one key under that load: leases that
@@ -17,4 +18,5 @@ parallel=()
 if [ "$(nproc)" -ge 2 ]; then
     parallel=(-n "$(( $(nproc) < 4 ? $(nproc) : 4 ))" --dist loadfile)
 fi
-exec .venv/bin/python -m pytest -q "${parallel[@]}" "$@"
+# --durations=20: the slowest phases named in every run, where the time goes
+exec .venv/bin/python -m pytest -q --durations=20 "${parallel[@]}" "$@"

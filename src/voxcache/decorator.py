@@ -51,7 +51,7 @@ def cached_synthesis(cache: Cache, *, engine_id: str, model_revision: str,
             return cached.synthesize(SynthesisRequest(text=text, language=spoken,
                                                       tenant=tenant, params=params))
 
-        wrapper.cached_engine = cached  # type: ignore[attr-defined]
+        wrapper.cached_engine = cached  # type: ignore[attr-defined]  # reached by callers
         return wrapper
 
     return decorate

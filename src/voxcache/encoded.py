@@ -58,8 +58,8 @@ def encoded(target: _HasCache | Cache, result: Result | Entry, fmt: str | Format
     audio ``Entry``. wav and pcm at the take's own rate are the stored bytes themselves
     (wav: the stored file, envelope chunk included).
     """
-    cache: Cache = getattr(target, "cache", target)
-    entry: Entry = getattr(result, "entry", result)
+    cache = target if isinstance(target, Cache) else target.cache
+    entry = result if isinstance(result, Entry) else result.entry
     fmt = lookup(fmt) if isinstance(fmt, str) else fmt
     if passthrough(fmt, entry.header.sample_rate):
         return entry.blob if fmt.name == "wav" else bytes(entry.payload)

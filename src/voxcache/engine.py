@@ -14,7 +14,6 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
 
 from .audio import Audio
 from .errors import EngineError, VoxcacheError
@@ -44,7 +43,7 @@ class Engine:
     id: str = "engine"
     model_revision: str = "unversioned"
     sample_rate: int = 22050
-    params: ClassVar[Mapping[str, ParamSpec]] = {}
+    params: Mapping[str, ParamSpec] = {}
     languages: tuple[str, ...] = ("en",)
     default_language: str = "en"
     voices: Mapping[str, str] = {}

@@ -40,9 +40,9 @@ _BLOB_JSON_AT = _PREFIX.size  # where a blob's header JSON starts
 _PAD = (b"", b"\0")
 _HEADER_DECODER = msgspec.json.Decoder(EntryHeader)
 _NEW = object.__new__
-_SET_HEADER = Entry.header.__set__  # type: ignore[attr-defined]
-_SET_BLOB = Entry.blob.__set__  # type: ignore[attr-defined]
-_SET_OFFSET = Entry.payload_offset.__set__  # type: ignore[attr-defined]
+_SET_HEADER = vars(Entry)["header"].__set__
+_SET_BLOB = vars(Entry)["blob"].__set__
+_SET_OFFSET = vars(Entry)["payload_offset"].__set__
 
 
 def audio_entry(

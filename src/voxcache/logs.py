@@ -24,11 +24,10 @@ _TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 class _Utc(logging.Formatter):
-    converter = time.gmtime
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         """ISO 8601 in UTC with milliseconds: ``2025-06-01T12:00:00.123Z`` (sorts as text)."""
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", self.converter(record.created))
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
         return f"{stamp}.{int(record.msecs):03d}Z"
 
 

@@ -121,7 +121,7 @@ class ReferenceFolders:
                 yield index, str(base), wanted
                 continue
             for spelling in (root.configured / folder, base):
-                if wanted.is_relative_to(spelling) and wanted != spelling:
+                if wanted.is_relative_to(spelling) and wanted != spelling:  # type: ignore[comparison-overlap]  # a PosixPath equals the PurePosixPath of its parts
                     yield index, str(base), wanted.relative_to(spelling)
                     break
 

@@ -21,7 +21,7 @@ from .audio import fingerprint_reference
 from .engine import Engine
 from .errors import InvalidParameter, UnknownVoice, UnsupportedFeature
 from .params import resolve_params
-from .resolved import ResolvedRequest
+from .resolved import ResolvedRequest as ResolvedRequest  # re-exported: engines import it here
 from .tensors import tensor_voice
 
 DEFAULT_MAX_TEXT_CHARS = 5000

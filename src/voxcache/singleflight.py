@@ -117,10 +117,10 @@ class Flight(Generic[T]):
         if published:
             if self._landing_error is not None:
                 raise self._landing_error
-            return self._published  # type: ignore[no-any-return]
+            return self._published  # type: ignore[no-any-return]  # a T once published
         if self._error is not None:
             raise self._error
-        return self._value  # type: ignore[no-any-return]
+        return self._value  # type: ignore[no-any-return]  # a T once the leader ended
 
     def _bump(self) -> dict[asyncio.AbstractEventLoop, asyncio.Future[None]]:
         """One more change (caller holds the lock): threads wake; the loops waiting are

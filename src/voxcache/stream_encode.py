@@ -45,6 +45,7 @@ class _Sink(io.RawIOBase):
     def seekable(self) -> bool:
         return True
 
+    # libsndfile hands bytes-like chunks; RawIOBase names any Buffer
     def write(self, chunk: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
         size, end = len(chunk), self.position + len(chunk)
         if self.first_write is None:
@@ -65,7 +66,7 @@ class _Sink(io.RawIOBase):
     def tell(self) -> int:
         return self.position
 
-    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]  # as write
         return 0  # libsndfile never reads back what it writes for these formats
 
 

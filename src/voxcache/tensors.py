@@ -246,9 +246,9 @@ _CHECKSUM_END = _CHECKSUM_AT + 32
 _HEADER_AT = _CHECKSUM_END + len(_MIDDLE)
 _SEPARATOR = b"\0"
 _NEW = object.__new__
-_SET_HEADER = Entry.header.__set__  # type: ignore[attr-defined]
-_SET_BLOB = Entry.blob.__set__  # type: ignore[attr-defined]
-_SET_OFFSET = Entry.payload_offset.__set__  # type: ignore[attr-defined]
+_SET_HEADER = vars(Entry)["header"].__set__
+_SET_BLOB = vars(Entry)["blob"].__set__
+_SET_OFFSET = vars(Entry)["payload_offset"].__set__
 
 
 def _descriptors_of(rest: bytes) -> tuple[bytes, int] | None:

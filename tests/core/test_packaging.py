@@ -18,7 +18,10 @@ import subprocess
 import sys
 import time
 import tomllib
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -109,30 +112,51 @@ def test_python_3_11_to_3_13_are_declared() -> None:
     assert f"{sys.version_info.major}.{sys.version_info.minor}" in declared
 
 
+PYTHONS = ("3.12", "3.13")
+
+
+def _dry_runs(python: str, folder: Path) -> tuple[subprocess.CompletedProcess[str], Path,
+                                                   subprocess.CompletedProcess[str]]:
+    """pip's resolution of every listed requirement for ``python`` (its report in
+    ``folder``), then resemblyzer and webrtcvad-wheels alone."""
+    listed = [str(r) for r in requirements() if r.name != "resemblyzer"]
+    (folder / "requirements.txt").write_text("\n".join(listed) + "\n")
+    common = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
+              "--quiet", "--python-version", python, "--only-binary=:all:",
+              "-c", str(ROOT / "constraints.txt")]
+    report = folder / "report.json"
+    result = subprocess.run([*common, "--report", str(report), "-r",
+                             str(folder / "requirements.txt")], capture_output=True,
+                            text=True, timeout=600)
+    alone = subprocess.run([*common, "--no-deps", "resemblyzer", "webrtcvad-wheels"],
+                           capture_output=True, text=True, timeout=300)
+    return result, report, alone
+
+
+@pytest.fixture(scope="module")
+def dry_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future[Any]]]:
+    """Both Pythons' resolutions at once (pip mostly waits on the index: run side by
+    side they take the time of one)."""
+    with ThreadPoolExecutor(len(PYTHONS)) as pool:
+        yield {python: pool.submit(_dry_runs, python, tmp_path_factory.mktemp(python))
+               for python in PYTHONS}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("python", ["3.12", "3.13"])
-def test_the_pinned_set_installs_as_wheels_on_python(python: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("python", PYTHONS)
+def test_the_pinned_set_installs_as_wheels_on_python(python: str,
+                                                     dry_runs: dict[str, Future[Any]]) -> None:
     """Only 3.11 runs here; for 3.12 and 3.13 pip resolves every extra's dependencies at
     the pinned versions to wheels for that Python (metadata only: nothing is installed).
     resemblyzer is checked without its dependencies: it names webrtcvad, a source-only
     package whose module webrtcvad-wheels (checked) provides."""
-    listed = [str(r) for r in requirements() if r.name != "resemblyzer"]
-    (tmp_path / "requirements.txt").write_text("\n".join(listed) + "\n")
-    common = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
-              "--quiet", "--python-version", python, "--only-binary=:all:",
-              "-c", str(ROOT / "constraints.txt")]
-    report = tmp_path / "report.json"
-    result = subprocess.run([*common, "--report", str(report), "-r",
-                             str(tmp_path / "requirements.txt")], capture_output=True,
-                            text=True, timeout=600)
+    result, report, alone = dry_runs[python].result()
     assert result.returncode == 0, result.stderr[-3000:]
     chosen = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"]
               for i in json.loads(report.read_text())["install"]}
     pinned = pins()
     assert all(pinned.get(name, version) == version.split("+")[0]
                for name, version in chosen.items())
-    alone = subprocess.run([*common, "--no-deps", "resemblyzer", "webrtcvad-wheels"],
-                           capture_output=True, text=True, timeout=300)
     assert alone.returncode == 0, alone.stderr[-3000:]
 
 

@@ -19,7 +19,8 @@ def checkout_root() -> Path | None:
     return root if (root / "bench" / "__main__.py").is_file() else None
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(
+        subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``bench`` command."""
     p = subparsers.add_parser("bench", help="run the benchmark suite (from a source checkout)")
     p.add_argument("--quick", action="store_true", help="CI smoke run (under 2 minutes)")

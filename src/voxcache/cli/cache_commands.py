@@ -26,7 +26,8 @@ from .savings import report as savings_report
 from .savings import since as savings_since
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(
+        subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add this module's commands."""
     p = subparsers.add_parser("synth", help="render text (from the cache when possible)")
     add_request_options(p)

@@ -14,7 +14,8 @@ from ..errors import VoxcacheError
 from .common import FAILED, OK, print_json
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(
+        subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("engines", help="list the engines installed (plugins included)",
                               description=__doc__)
     p.add_argument("--check", action="store_true", help="import each engine; exit 1 if one "

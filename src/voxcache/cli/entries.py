@@ -35,7 +35,8 @@ LS_COLUMNS = (Column("key"), Column("kind"), Column("bytes", size=True),
               Column("text", text=True))
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(
+        subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add this module's commands."""
     p = subparsers.add_parser("ls", help="list stored entries, most recent first (keys as "
                               "short unique prefixes the other commands accept)")

@@ -36,7 +36,8 @@ def duration(text: str) -> float:
     return float(match.group(1)) * _UNIT[match.group(2)]
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(
+        subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``pack`` and its sub-commands."""
     pack = subparsers.add_parser("pack", help="signed voice packs: keygen, export, import, "
                                  "manifest, pull (docs/operating/edge.md)")

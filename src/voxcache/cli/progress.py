@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 from rich.progress import (
     BarColumn,
@@ -47,7 +48,7 @@ class Task:
     def update(self, *, completed: float | None = None, total: float | None = None,
                note: str | None = None) -> None:
         """Set what is done, the total (once it is known) or the note shown beside it."""
-        fields = {} if note is None else {"note": note}
+        fields: dict[str, Any] = {} if note is None else {"note": note}
         self._bars.update(self._task, completed=completed, total=total, **fields)
 
     def report(self, done: float, total: float | None) -> None:

@@ -32,7 +32,8 @@ COLUMNS = (Column("key"), Column("kind"), Column("bytes", size=True), Column("pi
            Column("voice", text=True), Column("text", text=True))
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(
+        subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``purge`` command."""
     p = subparsers.add_parser("purge", help="delete entries by key, voice, tenant, age, or all "
                               "(conditions combine: all must hold)")

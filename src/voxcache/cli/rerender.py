@@ -24,7 +24,8 @@ from .common import FAILED, OK, print_json, read_only_db, settings_from
 from .progress import progress
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(
+        subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``rerender`` command."""
     p = subparsers.add_parser("rerender", help="re-render an older model revision's most-used "
                               "requests with the current model")

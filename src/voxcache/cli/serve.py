@@ -23,7 +23,8 @@ from .common import settings_from
 log = logging.getLogger("voxcache.serve")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(
+        subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``serve`` command."""
     p = subparsers.add_parser("serve", help="run the HTTP service (OpenAI-compatible and native)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -89,8 +90,8 @@ def serve(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace, settings: object) -> None:
     """Hand the command-line settings to worker processes through the environment."""
-    os.environ["VOXCACHE_DIR"] = str(settings.cache_dir)  # type: ignore[attr-defined]
-    os.environ["VOXCACHE_ENGINE"] = settings.engine  # type: ignore[attr-defined]
+    os.environ["VOXCACHE_DIR"] = str(settings.cache_dir)  # type: ignore[attr-defined]  # Settings, lazy
+    os.environ["VOXCACHE_ENGINE"] = settings.engine  # type: ignore[attr-defined]  # service Settings, imported lazily
     for name in ("engine_options", "upstream", "upstream_revision", "upstream_timeout",
                  "upstream_options"):
         value = getattr(settings, name)

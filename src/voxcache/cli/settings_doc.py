@@ -65,7 +65,9 @@ class Undocumented(Exception):
 def field_docs(cls: type) -> dict[str, str]:
     """Each field's docstring (the string literal right under its annotation)."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body  # type: ignore[attr-defined]
+    (node,) = tree.body  # the source of one class
+    assert isinstance(node, ast.ClassDef)
+    body = node.body
     docs: dict[str, str] = {}
     for node, after in zip(body, [*body[1:], None], strict=True):
         if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)

@@ -26,7 +26,8 @@ FIELDS = {"text", "voice", "language", "instruct", "seed", "speed", "params", "t
           "prompt_text"}
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(
+        subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``warm`` command."""
     p = subparsers.add_parser("warm", help="pre-render a list of phrases (JSON or YAML)")
     p.add_argument("file", nargs="?", help='phrases: a list, or {"phrases": [...]}; each with '

@@ -69,7 +69,7 @@ def _ends_sentence(text: str, run: re.Match[str]) -> bool:
     stops = text[run.start():run.start("closers")]
     cjk = any(c in _CJK_STOPS for c in stops)
     if text[after].isspace():
-        visible = _SPACES.match(text, after).end()  # type: ignore[union-attr]
+        visible = _SPACES.match(text, after).end()  # type: ignore[union-attr]  # a space is there
         if visible == len(text):
             return False
         following = text[visible]

@@ -100,7 +100,7 @@ class PackReader:
     def skip_padding(self, size: int) -> None:
         """Pass the zeros that fill a member's last block (anything else is damage)."""
         pad = -size % BLOCK
-        if pad and self._exactly(pad) != b"\0" * pad:
+        if pad and self._exactly(pad) != bytearray(pad):  # pad zeros
             raise BadPack(f"damaged archive: the padding before byte {self.offset} is not "
                           "zeros")
 

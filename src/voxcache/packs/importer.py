@@ -286,14 +286,14 @@ def _stored(cache: Cache, key: str, kind: str) -> Entry | None:
         return None
 
 
-def _member(reader: PackReader, name: str, limit: int) -> bytearray:
+def _member(reader: PackReader, name: str, limit: int) -> bytes:
     member = reader.next_member()
     if member is None or member[0] != name:
         found = "the end of the file" if member is None else repr(member[0])
         raise BadPack(f"expected {name!r}, found {found}")
     if member[1] > limit:
         raise BadPack(f"{name} is {member[1]} bytes, over the {limit} limit")
-    return reader.read(member[1])
+    return bytes(reader.read(member[1]))  # small (under limit): one copy, typed as bytes
 
 
 def _record_identity(cache: Cache, manifest: Manifest) -> bool:

@@ -85,6 +85,7 @@ def pull_once(cache: Cache, source: Source, trusted: list[PublicKey], *, pin: bo
                 if pack is None:
                     raise UpstreamError(f"the center built pack {descriptor['digest'][:12]} "
                                         "but does not serve it; try again")
+            assert pack is not None  # downloaded, or the round raised above
             try:
                 with open(pack, "rb") as stream:
                     report: Imported = import_pack(cache, stream, trusted, pin=pin,
@@ -98,6 +99,7 @@ def pull_once(cache: Cache, source: Source, trusted: list[PublicKey], *, pin: bo
                     continue  # an older pack left pending by an earlier round: ask anew
                 raise
             break
+        assert pack is not None  # the loop ends on the break above, with a pack imported
         pack.unlink(missing_ok=True)
         state["pending"] = state["pending_size"] = None
         if report.complete and report.snapshot:

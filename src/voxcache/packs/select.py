@@ -38,7 +38,8 @@ class Selection:
 
     def where(self, now: float) -> tuple[str, list[Any]]:
         """The SQL condition and its arguments."""
-        clauses, args = ["(expires IS NULL OR expires > ?)"], [now]
+        clauses = ["(expires IS NULL OR expires > ?)"]
+        args: list[object] = [now]
         if self.voices:
             clauses.append(f"voice IN ({','.join('?' * len(self.voices))})")
             args += list(self.voices)

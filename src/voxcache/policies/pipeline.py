@@ -27,8 +27,11 @@ class Pipeline(Protocol):
     """The orchestrator, as the policies see it."""
 
     engine: Engine
-    flights: FlightGroup
-    """In-process single flight (segment mode leads several keys in one engine call)."""
+
+    @property
+    def flights(self) -> FlightGroup:
+        """In-process single flight (segment mode leads several keys in one engine call)."""
+
     lock_wait: float
     """Longest wait for another caller's render or lock (seconds)."""
     loader: Loader

@@ -9,6 +9,7 @@ message that says so rather than leaking internals.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -158,7 +159,7 @@ VALIDATION_CODES = {"missing": "missing_required_parameter",
 one field's value is ``invalid_value``, or ``invalid_type`` for a wrong JSON type)."""
 
 
-def _blame(errors: list[dict[str, Any]]) -> dict[str, object]:
+def _blame(errors: Sequence[dict[str, Any]]) -> dict[str, object]:
     """``param`` (the body field at fault, when exactly one is) and OpenAI's ``code``."""
     fields = {_field_of(tuple(err.get("loc", ()))) for err in errors}
     if len(fields) != 1 or None in fields:
@@ -175,6 +176,6 @@ def _field_of(loc: tuple[object, ...]) -> str | None:
     return loc[1] if len(loc) > 1 and loc[0] == "body" and isinstance(loc[1], str) else None
 
 
-def _describe(err: dict[str, object]) -> str:
-    loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body")  # type: ignore[union-attr]
+def _describe(err: dict[str, Any]) -> str:
+    loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
     return f"{loc or 'body'}: {err.get('msg')}"

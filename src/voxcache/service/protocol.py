@@ -45,6 +45,7 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         self._request_begun = False
         self._refused = False
 
+    # uvicorn hands this protocol a Transport; the base class names any BaseTransport
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._await_headers()

@@ -290,7 +290,7 @@ def stage_cached(stages: StageCache, *, kind: str, extractor: str, revision: str
             call_with = {**resolved, **{n: extra[n] for n in wants_text}}
             return stages.get_or_compute(inputs, lambda: fn(clip, **call_with))
 
-        wrapper.stage_cache = stages  # type: ignore[attr-defined]
+        wrapper.stage_cache = stages  # type: ignore[attr-defined]  # reached by callers
         return wrapper
 
     return decorate

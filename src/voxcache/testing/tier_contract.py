@@ -81,7 +81,7 @@ class TierContract:
     def test_kinds_are_apart(self, tier: Tier) -> None:
         blob = make_blob_entry(7)
         assert tier.put(blob)
-        assert tier.get(blob.header.key, "encoded").blob == blob.blob  # type: ignore[union-attr]
+        assert tier.get(blob.header.key, "encoded").blob == blob.blob  # type: ignore[union-attr]  # a miss fails
         assert tier.get(blob.header.key, "audio") is None
 
     def test_delete_removes_it(self, tier: Tier) -> None:
@@ -95,7 +95,7 @@ class TierContract:
         entry = make_audio_entry(3)
         assert tier.put(entry)
         assert tier.put(entry)  # a second writer of the same take: still held
-        assert tier.get(entry.header.key).blob == entry.blob  # type: ignore[union-attr]
+        assert tier.get(entry.header.key).blob == entry.blob  # type: ignore[union-attr]  # a miss fails
 
     def test_an_expired_entry_is_a_miss_and_can_be_replaced(self, tier: Tier) -> None:
         old = make_audio_entry(4, ttl=1e-9)
@@ -103,7 +103,7 @@ class TierContract:
         assert tier.get(old.header.key) is None
         fresh = make_audio_entry(4)
         assert tier.put(fresh)
-        assert tier.get(fresh.header.key).blob == fresh.blob  # type: ignore[union-attr]
+        assert tier.get(fresh.header.key).blob == fresh.blob  # type: ignore[union-attr]  # a miss fails
 
     def test_stats_and_health_answer(self, tier: Tier) -> None:
         tier.put(make_audio_entry(5))
@@ -139,20 +139,20 @@ class TierContract:
     def test_the_first_writer_wins_and_a_later_take_learns_which(self, tier: Tier) -> None:
         first, second = make_audio_entry(20), make_audio_entry(20, take=1)
         assert first.blob != second.blob and first.header.key == second.header.key
-        assert tier.put(first).blob == first.blob  # type: ignore[union-attr]
+        assert tier.put(first).blob == first.blob  # type: ignore[union-attr]  # a miss fails
         held = tier.put(second)  # a duplicate render of the same key, another take
         assert held is not None and held.blob == first.blob, "a later take replaced the first"
-        assert tier.get(first.header.key).blob == first.blob  # type: ignore[union-attr]
+        assert tier.get(first.header.key).blob == first.blob  # type: ignore[union-attr]  # a miss fails
 
     def test_replace_holds_the_published_take_whatever_was_there(self, tier: Tier) -> None:
         ours, published = make_audio_entry(21, take=1), make_audio_entry(21, take=2)
         tier.put(ours)
         assert tier.replace(published) is True
-        assert tier.get(ours.header.key).blob == published.blob  # type: ignore[union-attr]
-        assert tier.put(ours).blob == published.blob  # type: ignore[union-attr]
+        assert tier.get(ours.header.key).blob == published.blob  # type: ignore[union-attr]  # a miss fails
+        assert tier.put(ours).blob == published.blob  # type: ignore[union-attr]  # a miss fails
         fresh = make_audio_entry(22)
         assert tier.replace(fresh) is True  # nothing held before: held now
-        assert tier.get(fresh.header.key).blob == fresh.blob  # type: ignore[union-attr]
+        assert tier.get(fresh.header.key).blob == fresh.blob  # type: ignore[union-attr]  # a miss fails
 
     def test_concurrent_writers_of_different_takes_all_learn_one(self, tier: Tier) -> None:
         takes = [make_audio_entry(23, frames=20000, take=n) for n in range(8)]
@@ -175,7 +175,7 @@ class TierContract:
             t.join()
         assert errors == []
         assert len(set(answers)) == 1 and answers[0] is not None, "writers disagree"
-        assert tier.get(takes[0].header.key).blob == answers[0]  # type: ignore[union-attr]
+        assert tier.get(takes[0].header.key).blob == answers[0]  # type: ignore[union-attr]  # a miss fails
 
     # -- integrity ----------------------------------------------------------------------
     def test_a_damaged_object_is_never_served(self, tier: Tier) -> None:
@@ -188,7 +188,7 @@ class TierContract:
         assert tier.get(entry.header.key) is None
         again = make_audio_entry(8)
         assert tier.put(again)  # and the key can be stored again
-        assert tier.get(again.header.key).blob == again.blob  # type: ignore[union-attr]
+        assert tier.get(again.header.key).blob == again.blob  # type: ignore[union-attr]  # a miss fails
 
     def test_garbage_where_an_entry_belongs_is_a_miss(self, tier: Tier) -> None:
         entry = make_audio_entry(9)
@@ -198,14 +198,14 @@ class TierContract:
             self._plant(tier, key, "audio", junk)
             assert tier.get(key) is None, f"served {junk[:24]!r}…"
         assert tier.put(entry)  # what was refused does not block the real take
-        assert tier.get(key).blob == entry.blob  # type: ignore[union-attr]
+        assert tier.get(key).blob == entry.blob  # type: ignore[union-attr]  # a miss fails
 
     def test_another_keys_entry_is_refused(self, tier: Tier) -> None:
         mine, other = make_audio_entry(10), make_audio_entry(11)
         self._plant(tier, mine.header.key, "audio", other.blob)
         assert tier.get(mine.header.key) is None
         assert tier.put(mine)
-        assert tier.get(mine.header.key).blob == mine.blob  # type: ignore[union-attr]
+        assert tier.get(mine.header.key).blob == mine.blob  # type: ignore[union-attr]  # a miss fails
 
     def test_another_kinds_entry_is_refused(self, tier: Tier) -> None:
         encoded = make_blob_entry(12)  # a valid entry of this key, but of kind "encoded"
@@ -220,7 +220,7 @@ class TierContract:
         assert tier.get(entry.header.key) is None
         fresh = make_audio_entry(13)
         assert tier.put(fresh)  # the expired take gives way
-        assert tier.get(fresh.header.key).blob == fresh.blob  # type: ignore[union-attr]
+        assert tier.get(fresh.header.key).blob == fresh.blob  # type: ignore[union-attr]  # a miss fails
 
     def test_deleting_one_kind_keeps_the_others(self, tier: Tier) -> None:
         audio = make_audio_entry(14)
@@ -228,4 +228,4 @@ class TierContract:
         assert tier.put(audio) and tier.put(encoded)
         assert tier.delete(audio.header.key, "encoded") is True
         assert tier.get(audio.header.key, "encoded") is None
-        assert tier.get(audio.header.key, "audio").blob == audio.blob  # type: ignore[union-attr]
+        assert tier.get(audio.header.key, "audio").blob == audio.blob  # type: ignore[union-attr]  # a miss fails

@@ -34,7 +34,7 @@ def tier_from_url(url: str, *, object_tier: ObjectStore | None = None,
     its inline limit; ``options`` are the tier's own settings (``root`` for disk)."""
     kind = _known(url, kinds())
     peers = {} if object_tier is None else {name: object_tier for name in kind.after}
-    return kind.build(url.strip(), dict(options), peers)  # type: ignore[arg-type]
+    return kind.build(url.strip(), dict(options), peers)  # type: ignore[arg-type]  # an S3 peer
 
 
 def tiers_from_urls(urls: Sequence[str], *,

@@ -121,7 +121,7 @@ def drop_record(root: Path, key: str, kind: str, expired_at: float | None = None
     is still expired then (a re-render may have replaced it meanwhile) or unreadable."""
     def still_expired(blob: bytes) -> bool:
         try:
-            return decode(blob, key).header.expired(expired_at)  # type: ignore[arg-type]
+            return decode(blob, key).header.expired(expired_at)  # type: ignore[arg-type]  # set when used
         except CorruptEntry:
             return True
 

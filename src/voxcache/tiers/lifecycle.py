@@ -324,7 +324,7 @@ def _row_of_record(root: Path, index: Index, store: inline.InlineStore | None, k
         with contextlib.suppress(OSError):
             write_private(root / "quarantine" / f"{key}{name[32:].decode()}.inline."
                           f"{int(time.time())}-{secrets.token_hex(3)}", blob)
-        store.delete(name, lambda current: current == blob)  # type: ignore[union-attr]
+        store.delete(name, lambda current: current == blob)  # type: ignore[union-attr]  # inline: open
         index.add_counters({"corruptions": 1})
         log.warning("quarantined inline entry %s while rebuilding the index: %s", key, exc)
         return None

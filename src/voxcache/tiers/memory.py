@@ -79,7 +79,7 @@ class MemoryTier:
             if expires is not None and self._clock() >= expires:
                 self._remove(kind, key)
                 return None
-            items.move_to_end(key)  # type: ignore[union-attr]
+            items.move_to_end(key)  # type: ignore[union-attr]  # found above
             return entry
 
     def peek(self, key: str, kind: str = "audio") -> Entry | None:

@@ -43,7 +43,7 @@ class TierKind:
 def _memory(spelling: str, options: dict[str, Any], peers: Mapping[str, Tier]) -> Tier:
     folder = peers.get(TierName.DISK)
     if folder is not None:  # pins live in the folder; memory keeps pinned takes through pressure
-        options.setdefault("pinned", folder.is_pinned)  # type: ignore[attr-defined]
+        options.setdefault("pinned", folder.is_pinned)  # type: ignore[attr-defined]  # a DiskTier
     return MemoryTier(**options)
 
 
@@ -62,7 +62,7 @@ def _redis(spelling: str, options: dict[str, Any], peers: Mapping[str, Tier]) ->
         raise MissingDependency(f"the Redis tier needs redis-py with hiredis ({exc}): "
                                 f"{SHARED_EXTRA}") from None
     # entries over Redis' inline limit go to the S3 tier, pointed to from Redis
-    return RedisTier.from_url(spelling, object_store=peers.get(TierName.S3),  # type: ignore[arg-type]
+    return RedisTier.from_url(spelling, object_store=peers.get(TierName.S3),  # type: ignore[arg-type]  # an S3Tier
                               **options)
 
 

@@ -91,7 +91,7 @@ class UpstreamEngine(Engine):
         seconds from now (their callers get 503), so a hung upstream cannot hold it."""
         self.client.stop(grace)
 
-    @property  # type: ignore[override]
+    @property
     def model_revision(self) -> str:
         """The revision in force: the upstream's identity plus what switches put in force."""
         return self._revision

@@ -52,7 +52,7 @@ class GPTSoVITSPrompts:
         """Wrap ``tts.run`` so every call starts from the cached prompt; return ``tts``."""
         original = tts.run
 
-        def run(inputs: dict) -> Iterator[Any]:
+        def run(inputs: dict[str, Any]) -> Iterator[Any]:
             with self._run_lock:
                 reference = inputs.get("ref_audio_path")
                 prompt_text = inputs.get("prompt_text") or ""
@@ -79,7 +79,7 @@ class GPTSoVITSPrompts:
         return result
 
     def _extract(self, tts: Any, ref_audio_path: str, text: str, prompt_lang: str
-                 ) -> dict[str, Any]:
+                 ) -> Artifact:
         """The engine's own extraction, as ``run`` would do it."""
         self.extractions += 1
         tts._set_prompt_semantic(ref_audio_path)

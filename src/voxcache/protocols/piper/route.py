@@ -65,7 +65,7 @@ async def _document(request: Request, name: str) -> Response:
         options = getattr(request.app.state, "options", None)
         if options is not None and options.keyed:
             await tenant_of(request)
-        document = await asyncio.to_thread(engine.piper_document, name)  # type: ignore
+        document = await asyncio.to_thread(engine.piper_document, name)  # type: ignore[attr-defined]  # Piper's
     except (VoxcacheError, TimeoutError) as exc:
         return piper_error(exc)
     if name == "info" and options is not None and options.keyed:
@@ -139,7 +139,7 @@ def _piper(request: Request) -> Engine:
 def piper_error(exc: BaseException) -> Response:
     """An error as Flask words it: an HTML page titled with the status, the reason in a
     paragraph (``werkzeug.exceptions.HTTPException.get_body``)."""
-    status = 504 if isinstance(exc, TimeoutError) else status_of(exc)  # type: ignore[arg-type]
+    status = 504 if isinstance(exc, TimeoutError) else status_of(exc)  # type: ignore[arg-type]  # a VoxcacheError
     message = str(exc) or "the render did not finish in time; try again later"
     phrase = HTTPStatus(status).phrase
     body = (f"<!doctype html>\n<html lang=en>\n<title>{status} {phrase}</title>\n"
