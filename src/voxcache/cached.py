@@ -35,7 +35,6 @@ from .audio import Audio
 from .cache import Cache
 from .engine import Engine, joined, render_chunks
 from .entry import Entry, audio_entry
-from .errors import InvalidParameter
 from .key import canonical_bytes, digest, key_payload
 from .loading import HANDOFF_SECONDS, Loader, Made, loader_of
 from .outcome import NO_PROGRESS, Progress, Result, Take, seconds_since
@@ -50,13 +49,12 @@ from .request import DEFAULT_MAX_TEXT_CHARS, SynthesisRequest, resolve
 from .resolved import ResolvedRequest
 from .scheduling import Admission
 from .singleflight import Flight, FlightGroup
-from .vocabulary import TierCount
+from .vocabulary import MODES, Mode, Outcome, TierCount, cache_mode
 
 __all__ = ["HANDOFF_SECONDS", "MODES", "CachedEngine", "Observer", "Result", "Take"]
 
 DEFAULT_LOCK_WAIT = 120.0
 KEY_MEMO_SIZE = 4096
-MODES = ("use", "bypass", "refresh")
 """Cache modes: ``use`` (default), ``bypass`` (render, neither read nor store),
 ``refresh`` (drop the stored take, render and store a new one)."""
 
@@ -212,12 +210,11 @@ class CachedEngine:
                led: Flight[Result] | None = None) -> Result:
         """Every decision, in order: cache mode, seed policy, tiers, then the miss path.
         ``led``: the key's flight, led already by an asyncio caller that read every tier."""
-        if mode == "bypass":
+        mode = cache_mode(None, mode)
+        if mode is Mode.BYPASS:
             return bypass(self, resolved, key, started, progress)
-        if mode == "refresh":
+        if mode is Mode.REFRESH:
             self.cache.delete(key)
-        elif mode != "use":
-            raise InvalidParameter(f"cache mode must be one of {', '.join(MODES)}, got {mode!r}")
         if not self.uses_pin(request, resolved):  # the take pool decides, not take 0 alone
             return self.takes.serve(self, resolved, key, self.seed_policy_for(request),
                                     started, progress)
@@ -242,7 +239,7 @@ class CachedEngine:
         done = object()
 
         class Relay:
-            def begin(self, cache: str, tier: str, segments: Any = None,
+            def begin(self, cache: Outcome, tier: str, segments: Any = None,
                       reason: str = "") -> None:
                 return None
 
@@ -326,7 +323,7 @@ class CachedEngine:
         if flight.how is None:  # served whole without streaming (found, a hit, a failure)
             return Take.whole(await _wait(future, timeout))
         cache, tier, split = flight.how
-        return Take(key, cache.upper(), tier, self.engine.sample_rate, 1,
+        return Take(key, cache, tier, self.engine.sample_rate, 1,
                     source=flight.afollow(timeout, _audio_of, to_landing=True),
                     segments=split, reason=flight.reason)
 
@@ -337,8 +334,8 @@ class CachedEngine:
         self.count("joins")
         if stream and not flight.settled:
             await flight.begun(timeout)
-            _, tier, split = flight.how or ("", "engine", None)
-            return Take(key, "BYPASS" if flight.reason else "JOINED", tier,
+            _, tier, split = flight.how or (Outcome.JOINED, "engine", None)
+            return Take(key, Outcome.BYPASS if flight.reason else Outcome.JOINED, tier,
                         self.engine.sample_rate, 1, source=flight.afollow(timeout, _audio_of),
                         segments=split, reason=flight.reason)
         result = await flight.await_value(timeout)
@@ -425,7 +422,7 @@ class CachedEngine:
         self.asked(resolved, key, hit=True)
         self.served(resolved, entry)
         self.observer.hit(tier, entry)
-        return Result(entry, key, "hit", tier, seconds_since(started))
+        return Result(entry, key, Outcome.HIT, tier, seconds_since(started))
 
     def served(self, resolved: ResolvedRequest, entry: Entry) -> None:
         """A stored take served (a hit, or a stored sentence of a stitched take): its
@@ -494,16 +491,16 @@ class _Take:
         if not inside_lock:
             return self.engine.hit(self.resolved, self.key, (entry, tier), self.started)
         self.engine.count("joins")
-        self.progress.begin("joined", tier)
+        self.progress.begin(Outcome.JOINED, tier)
         self.progress.chunk(entry.audio())
-        return Result(entry, self.key, "joined", tier, seconds_since(self.started))
+        return Result(entry, self.key, Outcome.JOINED, tier, seconds_since(self.started))
 
     def make(self, sink: Progress) -> Made[Result]:
         engine, resolved, key = self.engine, self.resolved, self.key
         if self.whole_request:
             stale = engine.upgrades.serve_stale(engine, resolved, key, self.started)
             if stale is not None:
-                sink.begin("stale", stale.tier)
+                sink.begin(Outcome.STALE, stale.tier)
                 sink.chunk(stale.audio)
                 return Made(stale)
         if self.refusal is None:  # inside the lock, for a take that is really made here
@@ -522,7 +519,7 @@ class _Take:
         chunks: list[Audio] = []
         for chunk in joined(engine.render(resolved), engine.engine.segment_gap):
             if not chunks:
-                sink.begin("bypass" if self.refusal else "miss", "engine",
+                sink.begin(Outcome.BYPASS if self.refusal else Outcome.MISS, "engine",
                            reason=self.refusal or "")
             chunks.append(chunk)
             sink.chunk(chunk)
@@ -530,7 +527,7 @@ class _Take:
         entry = engine.seal(self.key, self._rendered, resolved,
                             render_seconds=round(seconds_since(render_started), 4))
         engine.count("misses")
-        return Made(Result(entry, self.key, "miss", "engine", seconds_since(self.started)),
+        return Made(Result(entry, self.key, Outcome.MISS, "engine", seconds_since(self.started)),
                     entry, resolved.tenant)
 
     def admit(self, made: Made[Result]) -> Made[Result]:
@@ -551,7 +548,7 @@ class _Take:
         if reason is None:
             return made
         gate.refused(self.key, self.resolved, reason)
-        return Made(replace(made.value, cache="bypass", stored=False, reason=reason,
+        return Made(replace(made.value, cache=Outcome.BYPASS, stored=False, reason=reason,
                             seconds=seconds_since(self.started)), None, made.tenant)
 
     def published(self, made: Result, held: Entry | None) -> Result:
@@ -569,10 +566,10 @@ class _Take:
         return replace(value, cache=_joined(value), seconds=seconds_since(self.started))
 
 
-def _joined(result: Result) -> str:
+def _joined(result: Result) -> Outcome:
     """How a joiner was served: ``joined``, or ``bypass`` when the take is not stored (the
     gate's reason travels with it)."""
-    return "bypass" if result.reason else "joined"
+    return Outcome.BYPASS if result.reason else Outcome.JOINED
 
 
 def _audio_of(result: Result) -> Audio:

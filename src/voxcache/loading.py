@@ -23,6 +23,7 @@ from .cache import Cache
 from .entry import Entry
 from .outcome import NO_PROGRESS, Progress
 from .singleflight import Flight, FlightGroup, key_lock
+from .vocabulary import Outcome
 
 T = TypeVar("T")
 
@@ -72,7 +73,7 @@ class _Tee:
     def __init__(self, first: Progress, second: Progress) -> None:
         self._first, self._second = first, second
 
-    def begin(self, cache: str, tier: str, segments: tuple[int, int] | None = None,
+    def begin(self, cache: Outcome, tier: str, segments: tuple[int, int] | None = None,
               reason: str = "") -> None:
         self._first.begin(cache, tier, segments, reason)
         self._second.begin(cache, tier, segments, reason)
@@ -132,7 +133,7 @@ class Loader:
                 for chunk in flight.follow(wait):
                     if not sent:
                         cache, tier, segments = flight.how or ("", "engine", None)
-                        progress.begin("bypass" if flight.reason else "joined", tier,
+                        progress.begin(Outcome.BYPASS if flight.reason else Outcome.JOINED, tier,
                                        segments, flight.reason)
                     progress.chunk(chunk)
                     sent += 1

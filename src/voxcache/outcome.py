@@ -17,6 +17,7 @@ from typing import Protocol
 
 from .audio import Audio
 from .entry import Entry
+from .vocabulary import Outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +26,7 @@ class Result:
 
     entry: Entry
     key: str
-    cache: str
+    cache: Outcome
     """``hit``, ``miss``, ``joined`` (another caller's render was shared), ``partial``
     (some sentences cached, the rest rendered), ``stale`` (an older model's take,
     re-rendering in the background) or ``bypass`` (rendered, not stored)."""
@@ -65,7 +66,7 @@ class Result:
 class Progress(Protocol):
     """Told, while a request is served, what a streaming caller needs before the end."""
 
-    def begin(self, cache: str, tier: str, segments: tuple[int, int] | None = None,
+    def begin(self, cache: Outcome, tier: str, segments: tuple[int, int] | None = None,
               reason: str = "") -> None:
         """How the take is being served, said once before its first chunk (``reason``: why
         it will not be stored, when that is known before it exists)."""
@@ -77,7 +78,7 @@ class Progress(Protocol):
 class _Silent:
     """A caller that does not stream."""
 
-    def begin(self, cache: str, tier: str, segments: tuple[int, int] | None = None,
+    def begin(self, cache: Outcome, tier: str, segments: tuple[int, int] | None = None,
               reason: str = "") -> None:
         return None
 
@@ -94,8 +95,8 @@ class Take:
     whole (``result``) or arriving as it is rendered (``source``)."""
 
     key: str
-    cache: str
-    """HIT, MISS, JOINED, PARTIAL, STALE or BYPASS (the X-Cache header)."""
+    cache: Outcome
+    """How it is served (``cache.header`` is the X-Cache header)."""
     tier: str
     sample_rate: int
     channels: int
@@ -111,7 +112,7 @@ class Take:
         """A take served whole."""
         header = result.entry.header
         split = result.segments_hit + result.segments_rendered
-        return cls(result.key, result.cache.upper(), result.tier, header.sample_rate,
+        return cls(result.key, result.cache, result.tier, header.sample_rate,
                    header.channels, result=result,
                    segments=(result.segments_hit, result.segments_rendered) if split else None,
                    reason=result.reason)

@@ -22,6 +22,7 @@ from typing import Any, Generic, TypeVar
 
 from .audio import Audio
 from .fsmode import FILE_MODE, private_dirs
+from .vocabulary import Outcome
 
 T = TypeVar("T")
 
@@ -35,7 +36,7 @@ class Flight(Generic[T]):
 
     def __init__(self) -> None:
         self.chunks: list[Audio] = []
-        self.how: tuple[str, str, tuple[int, int] | None] | None = None
+        self.how: tuple[Outcome, str, tuple[int, int] | None] | None = None
         """What ``begin`` said: (cache, tier, segments)."""
         self.reason = ""
         """Why the value will not be stored, when ``begin`` knew it already."""
@@ -54,7 +55,7 @@ class Flight(Generic[T]):
         self._loops: dict[asyncio.AbstractEventLoop, asyncio.Future[None]] = {}
 
     # -- the leader's side (``outcome.Progress``) -------------------------------------
-    def begin(self, cache: str, tier: str, segments: tuple[int, int] | None = None,
+    def begin(self, cache: Outcome, tier: str, segments: tuple[int, int] | None = None,
               reason: str = "") -> None:
         """How the value is being served, said once before its first chunk."""
         with self._cond:

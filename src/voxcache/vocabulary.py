@@ -1,11 +1,14 @@
-"""The words voxcache's parts exchange, as types: a misspelt tier or counter is an
-``AttributeError`` where it is written, not a metric nobody reads. The values are the
+"""The words voxcache's parts exchange, as types: a misspelt tier, counter, outcome or mode
+is an ``AttributeError`` where it is written, not a metric nobody reads. The values are the
 exact strings headers, counters and metrics carry (``StrEnum``: each *is* its string)."""
 
 from __future__ import annotations
 
 from enum import StrEnum
 
+from .errors import InvalidParameter
+
+# -- tiers and their counters ---------------------------------------------------------------------
 
 class TierName(StrEnum):
     """The shipped tiers' names (``X-Cache-Tier``, the ``tier`` label of the metrics)."""
@@ -32,3 +35,55 @@ class TierCount(StrEnum):
     def of(self, tier: str, count: str = "") -> str:
         """The counter's name for ``tier`` (``count``: the tier's own name, for FOLDED)."""
         return self.value.format(tier=tier, count=count)
+
+
+# -- outcomes and cache modes -------------------------------------------------------------------
+
+
+class Outcome(StrEnum):
+    """How a take was served: ``Result.cache`` (the value, lowercase) and the ``X-Cache``
+    header, the counters' ``cache`` label and the access log (``header``, uppercase)."""
+
+    HIT = "hit"
+    MISS = "miss"
+    JOINED = "joined"
+    """Another caller's render was shared."""
+    PARTIAL = "partial"
+    """Some sentences came from the cache, the rest were rendered."""
+    STALE = "stale"
+    """An older model's take, re-rendered in the background."""
+    BYPASS = "bypass"
+    """Rendered, not stored."""
+
+    @property
+    def header(self) -> str:
+        """The ``X-Cache`` spelling."""
+        return _HEADERS[self]
+
+
+_HEADERS = {outcome: outcome.value.upper() for outcome in Outcome}
+
+
+class Mode(StrEnum):
+    """What a request asks of the cache (the ``cache`` body field, ``X-Cache-Mode``)."""
+
+    USE = "use"
+    BYPASS = "bypass"
+    """Render, store nothing."""
+    REFRESH = "refresh"
+    """Drop the stored take, render it again."""
+
+
+MODES = tuple(Mode)
+
+
+def cache_mode(header: str | None, field: str = Mode.USE) -> Mode:
+    """The request's mode: ``X-Cache-Mode`` (for clients that cannot add body fields) beats
+    the body's field; anything else is refused naming the values that work."""
+    given = field if header is None else header
+    try:
+        return Mode(given)
+    except ValueError:
+        name = "cache mode" if header is None else "X-Cache-Mode"
+        raise InvalidParameter(f"{name} must be one of {', '.join(MODES)}, "
+                               f"got {given!r}") from None

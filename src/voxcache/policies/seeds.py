@@ -21,6 +21,7 @@ from ..errors import InvalidParameter
 from ..key import derived_key
 from ..outcome import NO_PROGRESS, Progress, Result, seconds_since
 from ..resolved import ResolvedRequest
+from ..vocabulary import Outcome
 from .pipeline import Pipeline
 
 MAX_VARIANTS = 64
@@ -105,14 +106,14 @@ class TakePools:
 def bypass(pipeline: Pipeline, resolved: ResolvedRequest, key: str, started: float,
            progress: Progress = NO_PROGRESS) -> Result:
     """Render a fresh take and store nothing (the ``bypass`` policy and cache mode)."""
-    progress.begin("bypass", "engine")
+    progress.begin(Outcome.BYPASS, "engine")
     chunks = []
     for chunk in joined(pipeline.render(resolved), pipeline.engine.segment_gap):
         chunks.append(chunk)
         progress.chunk(chunk)
     pipeline.count("bypasses")
     entry = audio_entry(key, Audio.join(chunks), meta=resolved.describe())
-    return Result(entry, key, "bypass", "engine", seconds_since(started), stored=False)
+    return Result(entry, key, Outcome.BYPASS, "engine", seconds_since(started), stored=False)
 
 
 def describe(resolved: ResolvedRequest, key: str, policy: SeedPolicy) -> dict[str, object]:

@@ -23,6 +23,7 @@ from ..outcome import NO_PROGRESS, Progress, Result, seconds_since
 from ..redact import redact
 from ..resolved import ResolvedRequest
 from ..singleflight import Flight
+from ..vocabulary import Outcome
 from .pipeline import Pipeline
 
 
@@ -162,7 +163,7 @@ def serve(pipeline: Pipeline, resolved: ResolvedRequest, key: str, started: floa
     hit_keys = set(stored_audio)
     stored = sum(1 for s in segments if s.key in hit_keys)
     how, tier = _how(stored, len(segments))
-    progress.begin("bypass" if refusal else how, tier, (stored, len(segments) - stored),
+    progress.begin(Outcome.BYPASS if refusal else how, tier, (stored, len(segments) - stored),
                    refusal or "")
     audio = _InOrder(segments, progress, rule())
     audio.update(stored_audio)
@@ -183,9 +184,9 @@ def serve(pipeline: Pipeline, resolved: ResolvedRequest, key: str, started: floa
     joining = rule()
     stitched = Audio.join([joining(audio[s.key]) for s in segments])
     how, tier = _how(hits, len(segments))
-    if how == "partial":
+    if how is Outcome.PARTIAL:
         pipeline.count("partials")
-    elif how == "miss":
+    elif how is Outcome.MISS:
         pipeline.count("misses")
     reason = next((refused[s.key] for s in segments if s.key in refused), "")
     return Result(pipeline.seal(key, stitched, resolved), key, how, tier,
@@ -193,11 +194,11 @@ def serve(pipeline: Pipeline, resolved: ResolvedRequest, key: str, started: floa
                   segments_rendered=len(segments) - hits, reason=reason)
 
 
-def _how(hits: int, total: int) -> tuple[str, str]:
+def _how(hits: int, total: int) -> tuple[Outcome, str]:
     """How a request of ``total`` sentences, ``hits`` of them not rendered here, is served."""
     if hits == total:
-        return "hit", "segments"
-    return ("partial" if hits else "miss"), "engine"
+        return Outcome.HIT, "segments"
+    return (Outcome.PARTIAL if hits else Outcome.MISS), "engine"
 
 
 def stitch(parts: list[Audio], gap: float) -> Audio:
@@ -244,7 +245,7 @@ def _lead(pipeline: Pipeline, resolved: ResolvedRequest, segments: list[Segment]
                 found = pipeline.lookup(seg_key) if locked else None
                 if found is not None:  # another process rendered it while we waited
                     audio[seg_key] = found[0].audio()
-                    led[seg_key].land(Result(found[0], seg_key, "joined", found[1], 0.0))
+                    led[seg_key].land(Result(found[0], seg_key, Outcome.JOINED, found[1], 0.0))
                 else:
                     todo.append(by_key[seg_key])
             todo.sort(key=lambda s: s.index)
@@ -283,16 +284,16 @@ def _render_into(pipeline: Pipeline, resolved: ResolvedRequest, segments: list[S
         flight.chunk(chunk)
         reason = pipeline.refusal(seg.key, seg.resolved, caller, chunk)
         if reason is not None:  # served to whoever waits for it, stored nowhere
-            flight.land(Result(ours, seg.key, "bypass", "engine", seconds_since(started),
+            flight.land(Result(ours, seg.key, Outcome.BYPASS, "engine", seconds_since(started),
                                False, reason=reason))
             refused[seg.key] = reason
             audio[seg.key] = chunk
             continue
-        flight.settle(Result(ours, seg.key, "miss", "engine", seconds_since(started)))
+        flight.settle(Result(ours, seg.key, Outcome.MISS, "engine", seconds_since(started)))
         entry, stored = pipeline.store(ours, seg.resolved)
         if pipeline.engine.segments_context_free:  # its key is a request key: keep its lineage
             pipeline.remember(seg.resolved, seg.key)
-        flight.land(Result(entry, seg.key, "miss", "engine", seconds_since(started), stored))
+        flight.land(Result(entry, seg.key, Outcome.MISS, "engine", seconds_since(started), stored))
         audio[seg.key] = chunk if entry is ours else entry.audio()
     lost = [s.key for s in todo if s.key not in audio]
     if lost:

@@ -33,6 +33,7 @@ from ..outcome import NO_PROGRESS, Result, seconds_since
 from ..resolved import ResolvedRequest
 from ..scheduling import BACKGROUND, RENDER_PRIORITY
 from ..tiers.faults import FaultLog
+from ..vocabulary import Outcome
 from .pipeline import Pipeline
 
 log = logging.getLogger("voxcache.upgrades")
@@ -179,7 +180,7 @@ class Upgrades:
         self.revalidator.submit(key, lambda: pipeline.render_once(
             resolved, key, time.perf_counter(), NO_PROGRESS, join=False))
         pipeline.count("stale")
-        return Result(old[0], found[0], "stale", old[1], seconds_since(started))
+        return Result(old[0], found[0], Outcome.STALE, old[1], seconds_since(started))
 
     def remember(self, pipeline: Pipeline, resolved: ResolvedRequest, key: str) -> None:
         """Remember ``key`` as the latest take of its lineage."""

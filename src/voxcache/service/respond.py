@@ -35,6 +35,7 @@ from ..encoded import key_of, passthrough
 from ..entry import Entry
 from ..formats import WAV_HEADER_BYTES, Format, Resampler, encode, media_type, wav_header
 from ..stream_encode import STREAMS, StreamEncoder
+from ..vocabulary import Outcome
 from .serving import Server, Take
 from .speech_usage import usage
 
@@ -76,9 +77,10 @@ def etag(key: str, fmt: Format, sample_rate: int) -> str:
 
 def cache_headers(take: Take, fmt: Format) -> dict[str, str]:
     """The headers that say how a take was served."""
-    headers = {"X-Cache": take.cache, "X-Cache-Tier": take.tier, "X-Cache-Key": take.key,
+    bypass = take.cache is Outcome.BYPASS
+    headers = {"X-Cache": take.cache.header, "X-Cache-Tier": take.tier, "X-Cache-Key": take.key,
                "ETag": etag(take.key, fmt, take.sample_rate),
-               "Cache-Control": "no-cache" if take.cache == "BYPASS" else "private, max-age=0"}
+               "Cache-Control": "no-cache" if bypass else "private, max-age=0"}
     if take.segments is not None:
         headers["X-Cache-Segments-Hit"], headers["X-Cache-Segments-Rendered"] = map(
             str, take.segments)
@@ -92,7 +94,7 @@ async def whole(server: Server, take: Take, fmt: Format, started: float) -> Resp
     assert take.entry is not None
     stored = take.result is None or take.result.stored
     parts = await delivered(server, take.entry, fmt, stored)
-    server.metrics.first_audio(take.cache, time.perf_counter() - started)
+    server.metrics.first_audio(take.cache.header, time.perf_counter() - started)
     return AudioResponse(parts, media_type=media_type(fmt, take.sample_rate),
                          headers=cache_headers(take, fmt))
 
@@ -140,7 +142,7 @@ async def streamed(server: Server, take: Take, fmt: Format, started: float, sse:
     (``text``: the input, for the ``usage`` of ``speech.audio.done``)."""
     chunks = take.chunks(server.timeout)
     first = await anext(chunks)  # failures before any audio become proper errors
-    server.metrics.first_audio(take.cache, time.perf_counter() - started)
+    server.metrics.first_audio(take.cache.header, time.perf_counter() - started)
     headers = cache_headers(take, fmt)
     if sse:
         return StreamingResponse(_sse(server, take, fmt, first, chunks, text), headers=headers,

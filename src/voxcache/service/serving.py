@@ -9,15 +9,16 @@ back into its protocol's answer.
 
 from __future__ import annotations
 
-from ..cached import MODES, CachedEngine
+from ..cached import CachedEngine
 from ..entry import Entry
 from ..outcome import Take
 from ..request import SynthesisRequest
 from ..resolved import ResolvedRequest
 from ..scheduling import Admission
+from ..vocabulary import Mode
 from .metrics import Metrics
 
-__all__ = ["MODES", "Server", "Take"]
+__all__ = ["Server", "Take"]
 
 
 class Server:
@@ -39,7 +40,7 @@ class Server:
         """Canonicalise and key a request (a reference clip is decoded off the loop)."""
         return await self.cached.aresolve_and_key(request)
 
-    async def take(self, resolved: ResolvedRequest, key: str, mode: str = "use",
+    async def take(self, resolved: ResolvedRequest, key: str, mode: Mode = Mode.USE,
                    stream: bool = False, request: SynthesisRequest | None = None) -> Take:
         """The orchestrator's take of an already resolved request."""
         assert request is not None

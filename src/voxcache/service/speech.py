@@ -32,12 +32,13 @@ from ..errors import (
 from ..formats import Format, lookup
 from ..policies.seeds import parse_seed_policy
 from ..request import SynthesisRequest
+from ..vocabulary import Mode, cache_mode
 from .errors import FieldRefusal, VoiceClipDropped
 from .guard import caller_of, render_priority, tenant_of
 from .options import OPENAI_MODELS, OPENAI_VOICES
 from .respond import STREAMABLE, streamed, whole
 from .schemas import SpeechRequest, SynthesizeRequest
-from .serving import MODES, Server
+from .serving import Server
 from .speech_memo import Decision, Identity, request_identity
 from .voices import VOICE_ID, Voice
 
@@ -128,16 +129,16 @@ async def synthesize(body: SynthesizeRequest, request: Request,
 
 
 async def _serve(request: Request, route: str, core: SynthesisRequest, fmt: Format,
-                 mode: str, stream: bool, sse: bool, started: float, text: str = "",
+                 mode: Mode, stream: bool, sse: bool, started: float, text: str = "",
                  memo: Identity | None = None) -> Response:
     server: Server = request.app.state.server
-    mode = _cache_mode(request, mode)
+    mode = cache_mode(request.headers.get("x-cache-mode"), mode)
     core = dataclasses.replace(core, caller=caller_of(request, core.tenant))
     if stream and not sse and fmt.name not in STREAMABLE:
         stream = False  # flac (and aac) are delivered whole: they cannot be cut while encoded
     private = getattr(request.state, "private_voice", None)
     resolved, key = await server.resolve(core)
-    if (memo is not None and mode == "use" and private is None and core.reference_audio is None
+    if (memo is not None and mode is Mode.USE and private is None and core.reference_audio is None
             and server.cached.uses_pin(core, resolved)):
         # served by key alone from now on: the next identical request skips this route
         request.app.state.speech_memo.remember(memo, Decision(resolved, key, fmt))
@@ -155,18 +156,8 @@ async def _serve(request: Request, route: str, core: SynthesisRequest, fmt: Form
         response = await streamed(server, take, fmt, started, sse, text)
     else:
         response = await whole(server, take, fmt, started)
-    server.metrics.request(route, take.cache, response.status_code)
+    server.metrics.request(route, take.cache.header, response.status_code)
     return response
-
-
-def _cache_mode(request: Request, field: str) -> str:
-    """The ``X-Cache-Mode`` header (for clients that cannot add body fields) beats the field."""
-    header = request.headers.get("x-cache-mode")
-    if header is None:
-        return field
-    if header not in MODES:
-        raise InvalidParameter(f"X-Cache-Mode must be one of {', '.join(MODES)}, got {header!r}")
-    return header
 
 
 def _check_model(server: Server, model: str | None) -> None:

@@ -24,7 +24,6 @@ from ...engine import Engine
 from ...errors import (
     CacheDirError,
     EngineError,
-    InvalidParameter,
     MissingDependency,
     Overloaded,
     RequestError,
@@ -32,6 +31,7 @@ from ...errors import (
     VoxcacheError,
 )
 from ...request import SynthesisRequest
+from ...vocabulary import Mode, cache_mode
 
 DEFAULT_TENANT = "default"
 
@@ -93,28 +93,25 @@ async def tenant_of(request: Request) -> str:
 async def serve(request: Request, core: SynthesisRequest, route: str) -> Served:
     """Find or render ``core`` through the app's serving path (``X-Cache-Mode`` honoured)."""
     server = getattr(request.app.state, "server", None)
-    mode = request.headers.get("x-cache-mode", "use")
     if server is None:
-        if mode != "use":
+        if request.headers.get("x-cache-mode", Mode.USE) != Mode.USE:
             raise UnsupportedFeature("X-Cache-Mode needs the voxcache service app")
         result = await _cached(request).asynthesize(core)
-        headers = {"X-Cache": result.cache.upper(), "X-Cache-Tier": result.tier,
+        headers = {"X-Cache": result.cache.header, "X-Cache-Tier": result.tier,
                    "X-Cache-Key": result.key, "ETag": f'"{result.key}"'}
         if result.reason:
             headers["X-Cache-Reason"] = result.reason
         return Served(result.wav, result.audio, headers)
     from ...formats import lookup
     from ..respond import cache_headers
-    from ..serving import MODES
 
-    if mode not in MODES:
-        raise InvalidParameter(f"X-Cache-Mode must be one of {', '.join(MODES)}, got {mode!r}")
+    mode = cache_mode(request.headers.get("x-cache-mode"))
     started = time.perf_counter()
     core = _with_caller(request, core)
     resolved, key = await server.resolve(core)
     take = await server.take(resolved, key, mode, request=core)
-    server.metrics.first_audio(take.cache, time.perf_counter() - started)
-    server.metrics.request(route, take.cache, 200)
+    server.metrics.first_audio(take.cache.header, time.perf_counter() - started)
+    server.metrics.request(route, take.cache.header, 200)
     return Served(take.entry.blob, take.entry.audio(), cache_headers(take, lookup("wav")))
 
 
@@ -130,19 +127,16 @@ async def serve_streamed(request: Request, core: SynthesisRequest, route: str) -
         return Streamed(served.audio, _nothing(), served.headers)
     from ...formats import lookup
     from ..respond import cache_headers
-    from ..serving import MODES
 
-    mode = request.headers.get("x-cache-mode", "use")
-    if mode not in MODES:
-        raise InvalidParameter(f"X-Cache-Mode must be one of {', '.join(MODES)}, got {mode!r}")
+    mode = cache_mode(request.headers.get("x-cache-mode"))
     started = time.perf_counter()
     core = _with_caller(request, core)
     resolved, key = await server.resolve(core)
     take = await server.take(resolved, key, mode, stream=True, request=core)
     chunks = take.chunks(server.timeout)
     first = await anext(chunks)
-    server.metrics.first_audio(take.cache, time.perf_counter() - started)
-    server.metrics.request(route, take.cache, 200)
+    server.metrics.first_audio(take.cache.header, time.perf_counter() - started)
+    server.metrics.request(route, take.cache.header, 200)
     return Streamed(first, chunks, cache_headers(take, lookup("wav")))
 
 
