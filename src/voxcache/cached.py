@@ -3,19 +3,10 @@
     resolve → key → cache mode → seed policy → tiers → (load once: flight → lock → tiers
           → model policy → segments → render slot → engine → storing gate → publication)
 
-``CachedEngine`` owns the decisions; the policies (``voxcache.policies``) decide what
-a request gets behind the narrow ``Pipeline`` interface, which this class implements;
-``voxcache.loading`` makes each key's take once (the same path stage artifacts and
-encoded deliveries take); the tiers store. One path, three forms:
-
-- ``synthesize(request)`` → ``Result``: the caller's thread does the work
-  (library, CLI, warm); ``stream(request)`` yields the same take chunk by chunk.
-- ``await take(request, stream=…)`` → ``Take``: the asyncio form the service uses.
-  Memory hits and joins of a flight are answered on the event loop; the slower tiers
-  are read in the I/O pool; a miss leads the key's flight from the loop and is made in
-  a miss thread (``scheduling.Admission``), which waits for a render slot only if it
-  really renders. A hit never queues behind a miss, and a streamed miss hands each
-  chunk over as the engine yields it, to its caller and every joiner alike.
+``synthesize``/``stream`` run in the caller's thread; ``await take(request, stream=…)`` is
+the service's form: memory hits and joins answer on the loop, slower tiers read in the I/O
+pool, a miss is made in a miss thread (``scheduling``). Policies see it as a ``Pipeline``;
+a take is made by its ``TakeRecipe`` on the load-once path. docs/internals/design.md.
 """
 
 from __future__ import annotations
@@ -29,15 +20,15 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 from .audio import Audio
 from .cache import Cache
-from .engine import Engine, joined, render_chunks
+from .engine import Engine, render_chunks
 from .entry import Entry, audio_entry
 from .key import canonical_bytes, digest, key_payload
-from .loading import HANDOFF_SECONDS, Loader, Made, loader_of
-from .outcome import NO_PROGRESS, Progress, Result, Take, seconds_since
+from .loading import HANDOFF_SECONDS, Loader, loader_of
+from .outcome import NO_PROGRESS, Observer, Progress, Result, Take, Unobserved, seconds_since
 from .policies import clauses, segments
 from .policies.admit import Gate, GateSettings
 from .policies.savings import Ledger
@@ -45,10 +36,11 @@ from .policies.seeds import SeedPolicy, TakePools, bypass, describe, parse_seed_
 from .policies.segments import parse as parse_segments
 from .policies.upgrades import Upgrades, parse_model_policy
 from .policies.usage import Usage
-from .request import DEFAULT_MAX_TEXT_CHARS, SynthesisRequest, resolve
+from .request import DEFAULT_MAX_TEXT_CHARS, SynthesisRequest, memo_identity, resolve
 from .resolved import ResolvedRequest
 from .scheduling import Admission
 from .singleflight import Flight, FlightGroup
+from .take_recipe import TakeRecipe, audio_of, joined_outcome
 from .vocabulary import MODES, Mode, Outcome, TierCount, cache_mode
 
 __all__ = ["HANDOFF_SECONDS", "MODES", "CachedEngine", "Observer", "Result", "Take"]
@@ -57,24 +49,6 @@ DEFAULT_LOCK_WAIT = 120.0
 KEY_MEMO_SIZE = 4096
 """Cache modes: ``use`` (default), ``bypass`` (render, neither read nor store),
 ``refresh`` (drop the stored take, render and store a new one)."""
-
-
-class Observer(Protocol):
-    """Who wants to hear about hits and renders (the service's metrics)."""
-
-    def hit(self, tier: str, entry: Entry) -> None:
-        """A take was served from ``tier``."""
-
-    def rendered(self, seconds: float, failed: bool) -> None:
-        """The engine ran for ``seconds`` (and failed, or not)."""
-
-
-class _Unobserved:
-    def hit(self, tier: str, entry: Entry) -> None:
-        return None
-
-    def rendered(self, seconds: float, failed: bool) -> None:
-        return None
 
 
 class CachedEngine:
@@ -108,7 +82,7 @@ class CachedEngine:
         self.savings = Ledger(cache, gate.savings)
         """What the hits saved, per tenant and voice (``policies.savings``)."""
         self.admission = admission or Admission.unbounded()
-        self.observer: Observer = observer or _Unobserved()
+        self.observer: Observer = observer or Unobserved()
         self._one_at_a_time = (contextlib.nullcontext() if engine.concurrent_renders
                                else threading.Lock())
         """An engine that declares its renders unsafe to run at once gets one at a time."""
@@ -158,7 +132,7 @@ class CachedEngine:
         microseconds. Requests with reference audio skip it: hashing the clip is the
         cost, and the fingerprint has its own memo.
         """
-        identity = _memo_key(request)
+        identity = memo_identity(request)
         # the revision in force is part of the memo's key: a gateway that switches its
         # upstream's weights changes it at run time, and every key with it
         memo_key = None if identity is None else (self.engine.model_revision, identity)
@@ -225,7 +199,7 @@ class CachedEngine:
         refusal = self.gate.text_refusal(resolved)
         if refusal is None:  # a text the tenant never stores is kept out of usage too
             self.asked(resolved, key, hit=False)
-        recipe = _Take(self, resolved, key, started, progress, whole_request=True,
+        recipe = TakeRecipe(self, resolved, key, started, progress, whole_request=True,
                        caller=request.caller, refusal=refusal)
         if led is not None:
             return self.loader.lead(led, key, "audio", recipe, wait=self.lock_wait)[0]
@@ -324,7 +298,7 @@ class CachedEngine:
             return Take.whole(await _wait(future, timeout))
         cache, tier, split = flight.how
         return Take(key, cache, tier, self.engine.sample_rate, 1,
-                    source=flight.afollow(timeout, _audio_of, to_landing=True),
+                    source=flight.afollow(timeout, audio_of, to_landing=True),
                     segments=split, reason=flight.reason)
 
     async def _join(self, flight: Flight[Result], key: str, started: float, stream: bool,
@@ -336,10 +310,10 @@ class CachedEngine:
             await flight.begun(timeout)
             _, tier, split = flight.how or (Outcome.JOINED, "engine", None)
             return Take(key, Outcome.BYPASS if flight.reason else Outcome.JOINED, tier,
-                        self.engine.sample_rate, 1, source=flight.afollow(timeout, _audio_of),
+                        self.engine.sample_rate, 1, source=flight.afollow(timeout, audio_of),
                         segments=split, reason=flight.reason)
         result = await flight.await_value(timeout)
-        return Take.whole(replace(result, cache=_joined(result),
+        return Take.whole(replace(result, cache=joined_outcome(result),
                                   seconds=seconds_since(started)))
 
     async def asynthesize(self, request: SynthesisRequest, *, mode: str = "use") -> Result:
@@ -405,7 +379,7 @@ class CachedEngine:
         """Render ``key`` once however many ask (the load-once path without the request
         policies: a take of a pool, a re-render of a stale take). ``join=False`` never
         joins a flight in progress (a re-render must not be handed the stale take)."""
-        recipe = _Take(self, resolved, key, started, progress, whole_request=False)
+        recipe = TakeRecipe(self, resolved, key, started, progress, whole_request=False)
         if not join:
             return self.loader.lead(Flight(), key, "audio", recipe, wait=self.lock_wait,
                                     progress=progress)[0]
@@ -462,120 +436,6 @@ class CachedEngine:
         self.upgrades.remember(self, resolved, key)
 
 
-class _Take:
-    """What a take is made of, for the load-once path (``loading.Recipe``): a stored take
-    found inside the lock, or — for a whole request — an older model's take
-    (stale-while-revalidate) or a stitch of stored sentences, else the engine's render
-    under the engine's join rule."""
-
-    def __init__(self, engine: CachedEngine, resolved: ResolvedRequest, key: str,
-                 started: float, progress: Progress, *, whole_request: bool,
-                 caller: str | None = None, refusal: str | None = None) -> None:
-        self.engine = engine
-        self.resolved = resolved
-        self.key = key
-        self.started = started
-        self.progress = progress
-        self.whole_request = whole_request
-        self.caller = caller
-        self.refusal = refusal
-        """Why the take will not be stored, as known before it exists (a text rule, too
-        few callers): it is said in ``begin``, so a stream's headers carry it."""
-        self._rendered: Audio | None = None
-        """The engine's take made here (the quality gate checks it; a stitch of stored or
-        separately checked sentences is not checked again)."""
-
-    def found(self, entry: Entry, tier: str, inside_lock: bool) -> Result | None:
-        """A stored take: a hit, or (inside the lock) one another process or node stored
-        while this caller waited for it."""
-        if not inside_lock:
-            return self.engine.hit(self.resolved, self.key, (entry, tier), self.started)
-        self.engine.count("joins")
-        self.progress.begin(Outcome.JOINED, tier)
-        self.progress.chunk(entry.audio())
-        return Result(entry, self.key, Outcome.JOINED, tier, seconds_since(self.started))
-
-    def make(self, sink: Progress) -> Made[Result]:
-        engine, resolved, key = self.engine, self.resolved, self.key
-        if self.whole_request:
-            stale = engine.upgrades.serve_stale(engine, resolved, key, self.started)
-            if stale is not None:
-                sink.begin(Outcome.STALE, stale.tier)
-                sink.chunk(stale.audio)
-                return Made(stale)
-        if self.refusal is None:  # inside the lock, for a take that is really made here
-            self.refusal = engine.gate.before(key, resolved, self.caller)
-        if self.whole_request and engine.segments:
-            served = clauses.serve_mode(engine, engine.segments, resolved, key, self.started,
-                                        sink, self.refusal, self.caller)
-            if served is not None:  # a take with clause joins is not stored whole
-                return Made(served[0], served[0].entry if served[1] else None,
-                            resolved.tenant)
-        return self._render(sink)
-
-    def _render(self, sink: Progress) -> Made[Result]:
-        engine, resolved = self.engine, self.resolved
-        render_started = time.perf_counter()
-        chunks: list[Audio] = []
-        for chunk in joined(engine.render(resolved), engine.engine.segment_gap):
-            if not chunks:
-                sink.begin(Outcome.BYPASS if self.refusal else Outcome.MISS, "engine",
-                           reason=self.refusal or "")
-            chunks.append(chunk)
-            sink.chunk(chunk)
-        self._rendered = Audio.join(chunks)
-        entry = engine.seal(self.key, self._rendered, resolved,
-                            render_seconds=round(seconds_since(render_started), 4))
-        engine.count("misses")
-        return Made(Result(entry, self.key, Outcome.MISS, "engine", seconds_since(self.started)),
-                    entry, resolved.tenant)
-
-    def admit(self, made: Made[Result]) -> Made[Result]:
-        """The storing gate, between made and publish: a take refused by a text rule, for
-        too few callers, because a sentence of it was refused, or by the quality gate
-        (rendered once more first, under ``on_fail = "retry"``) is handed to its callers
-        with ``stored=False`` and its reason, and published nowhere."""
-        if made.entry is None:
-            return made
-        gate = self.engine.gate
-        reason = self.refusal or made.value.reason or None
-        if reason is None and self._rendered is not None:
-            reason = gate.quality_refusal(self._rendered, self.resolved)
-            if reason is not None and gate.retry:
-                gate.refused(self.key, self.resolved, reason)
-                made = self._render(NO_PROGRESS)  # the same render path, once more
-                reason = gate.quality_refusal(self._rendered, self.resolved)
-        if reason is None:
-            return made
-        gate.refused(self.key, self.resolved, reason)
-        return Made(replace(made.value, cache=Outcome.BYPASS, stored=False, reason=reason,
-                            seconds=seconds_since(self.started)), None, made.tenant)
-
-    def published(self, made: Result, held: Entry | None) -> Result:
-        self.engine.remember(self.resolved, self.key)
-        if held is not None:
-            self.engine.gate.stored(self.key, self.resolved)
-        return made.published(held or made.entry, held is not None, seconds_since(self.started))
-
-    def joined(self, value: Result, sink: Progress, replayed: int) -> Result:
-        self.engine.count("joins")
-        self.engine.gate.joined(self.key, self.resolved, self.caller)
-        if not replayed:  # it existed before this caller joined: one chunk, whole
-            sink.begin(_joined(value), value.tier, reason=value.reason)
-            sink.chunk(value.entry.audio())
-        return replace(value, cache=_joined(value), seconds=seconds_since(self.started))
-
-
-def _joined(result: Result) -> Outcome:
-    """How a joiner was served: ``joined``, or ``bypass`` when the take is not stored (the
-    gate's reason travels with it)."""
-    return Outcome.BYPASS if result.reason else Outcome.JOINED
-
-
-def _audio_of(result: Result) -> Audio:
-    return result.entry.audio()
-
-
 def _finish(flight: Flight[Result], done: Future[Result]) -> None:
     """A miss thread ended: its flight (a leader's or a channel) ends with it."""
     exc = done.exception()
@@ -588,18 +448,3 @@ def _finish(flight: Flight[Result], done: Future[Result]) -> None:
 async def _wait(future: Future[Result], timeout: float | None) -> Result:
     """Wait for a shared result; shielded, so a caller that gives up cancels nothing."""
     return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), timeout)
-
-
-def _memo_key(request: SynthesisRequest) -> tuple[Any, ...] | None:
-    """A hashable identity of a request, or None when it should not be memoised."""
-    if request.reference_audio is not None or request.voice_tensor is not None:
-        return None
-    try:
-        params = tuple(sorted((k, type(v), v) for k, v in request.params.items()))
-        identity = (request.text, request.voice, request.language, request.instruct,
-                    type(request.seed), request.seed, type(request.speed), request.speed,
-                    params, request.tenant, request.ttl)
-        hash(identity)
-    except TypeError:
-        return None
-    return identity

@@ -158,3 +158,23 @@ def in_order(arrivals: Iterator[tuple[int, Audio]], count: int) -> Iterator[Audi
             following += 1
     if following != count:
         raise RuntimeError(f"{count - following} part(s) of the take never arrived")
+
+
+class Observer(Protocol):
+    """Who wants to hear about hits and renders (the service's metrics)."""
+
+    def hit(self, tier: str, entry: Entry) -> None:
+        """A take was served from ``tier``."""
+
+    def rendered(self, seconds: float, failed: bool) -> None:
+        """The engine ran for ``seconds`` (and failed, or not)."""
+
+
+class Unobserved:
+    """An observer that hears nothing (a library user's default)."""
+
+    def hit(self, tier: str, entry: Entry) -> None:
+        return None
+
+    def rendered(self, seconds: float, failed: bool) -> None:
+        return None

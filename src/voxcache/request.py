@@ -277,3 +277,18 @@ def _shown(value: object) -> str:
     """A caller's value for an error message, cut short (a 400-digit integer is not helpful)."""
     text = repr(value)
     return text if len(text) <= 40 else text[:40] + "…"
+
+
+def memo_identity(request: SynthesisRequest) -> tuple[Any, ...] | None:
+    """A hashable identity of a request, or None when it should not be memoised."""
+    if request.reference_audio is not None or request.voice_tensor is not None:
+        return None
+    try:
+        params = tuple(sorted((k, type(v), v) for k, v in request.params.items()))
+        identity = (request.text, request.voice, request.language, request.instruct,
+                    type(request.seed), request.seed, type(request.speed), request.speed,
+                    params, request.tenant, request.ttl)
+        hash(identity)
+    except TypeError:
+        return None
+    return identity
