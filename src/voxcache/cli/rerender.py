@@ -40,9 +40,9 @@ def candidates(usage: Usage, revision: str, top: int) -> list[dict[str, Any]]:
     asked alone, so re-rendering it warms every paragraph that contains it.
     """
     usage.flush()
-    return usage.select("key, text, payload, asked", "WHERE model = ? AND json_extract("
-                        "payload, '$.kind') = 'audio' ORDER BY asked DESC LIMIT ?",
-                        (revision, top))
+    return usage.select("key, text, payload, asked", "WHERE model = ? AND json_valid(payload) "
+                        "AND json_extract(payload, '$.kind') = 'audio' ORDER BY asked DESC "
+                        "LIMIT ?", (revision, top))
 
 
 def rerender(args: argparse.Namespace) -> int:
@@ -88,8 +88,8 @@ def model_revisions(cache: Cache) -> dict[str, dict[str, int]]:
     found: dict[str, dict[str, int]] = defaultdict(lambda: {"asked": 0, "stored": 0,
                                                             "latest": 0})
     index = cache.index
-    for model, n in index.query("SELECT model, count(*) FROM usage WHERE json_extract("
-                                "payload, '$.kind') = 'audio' GROUP BY model"):
+    for model, n in index.query("SELECT model, count(*) FROM usage WHERE json_valid(payload) "
+                                "AND json_extract(payload, '$.kind') = 'audio' GROUP BY model"):
         found[model]["asked"] += n
     for model, n in index.query(
             "SELECT model, count(*) FROM entries WHERE kind = 'audio' AND model != '' "

@@ -139,12 +139,20 @@ Salvage = dict[str, list[tuple[Any, ...]]]
 """Rows of the ``SALVAGED`` tables that still read, by table."""
 
 
+SALVAGE_FILTERS = {"usage": "json_valid(payload)", "history_totals": "json_valid(sample)",
+                   "history_deltas": "json_valid(sample)",
+                   "history_levels": "json_valid(sample)"}
+"""Rows a damaged file may give back with their long text zeroed (an overflow page past a
+truncation reads as zeros) are carried over only when that text still parses."""
+
+
 def salvage(db: sqlite3.Connection) -> Salvage:
     """The rows of the ``SALVAGED`` tables that still read through ``db``."""
     found: Salvage = {}
     for table in SALVAGED:
         with contextlib.suppress(sqlite3.Error):
-            found[table] = db.execute(f"SELECT * FROM {table}").fetchall()
+            found[table] = db.execute(f"SELECT * FROM {table} WHERE "
+                                      f"{SALVAGE_FILTERS.get(table, '1')}").fetchall()
     return found
 
 
