@@ -340,3 +340,23 @@ def test_the_charts_hit_rate_is_hits_over_lookups_over_the_trailing_minute(tmp_p
         assert rates["all"][-1] is None  # no lookups in the last minute: nothing to say
         assert drawn["requests_per_second"]["hits"][:3] == [0.0, 0.4, 0.0]
         assert drawn["running"][:3] == [0.0, 0.0, 0.0]
+
+
+def test_damage_met_through_the_history_starts_the_index_repair(tmp_path) -> None:
+    """The history is a table of the index database: damage it meets is the index's, so it
+    asks for the index's repair (one repair path) instead of setting a file of its own aside."""
+    from voxcache.service.history import History, HistoryUnavailable, sample
+
+    index = Index(tmp_path / "index.sqlite3")
+    repairs: list[int] = []
+    faults: list[str] = []
+    history = History(index, 1.0, 60.0, report=lambda area, *_: faults.append(area),
+                      damaged=lambda: repairs.append(1))
+    name = sample("voxcache_requests_total", cache="MISS", code="200", route="speech")
+    history.publish({name: 1.0}, {})
+    index.close()
+    with open(tmp_path / "index.sqlite3", "r+b") as f:  # garbage in place: same inode
+        f.write(b"not a database at all " * 300)
+    with pytest.raises(HistoryUnavailable):
+        history.publish({name: 2.0}, {})
+    assert repairs == [1] and faults == ["history"]
