@@ -315,9 +315,10 @@ class Cache:
         with self._count_lock:
             return dict(self._counts)
 
-    def stats(self) -> dict[str, Any]:
-        """Entries and bytes per tier plus the persisted counters."""
-        self.folder.flush()
+    def stats(self, wait: float | None = None) -> dict[str, Any]:
+        """Entries and bytes per tier plus the persisted counters; ``wait`` bounds how long
+        the flush before waits for another process's lock on the index."""
+        self.folder.flush(wait)
         counters = self.folder.counters()
         disk: dict[str, Any] = {"entries": None, "bytes": None,
                                 "max_bytes": self.limits.max_bytes,

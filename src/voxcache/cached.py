@@ -74,8 +74,8 @@ class CachedEngine:
             clauses.check_mode(engine, segments_mode)
         self.seed_policy = parse_seed_policy(seed_policy)
         self.takes = TakePools()
-        self.upgrades = Upgrades(cache.root, model_policy)
-        self.usage = Usage(cache.root, self.waveform)
+        self.upgrades = Upgrades(cache.index, cache.folder.index_fault, model_policy)
+        self.usage = Usage(cache.index, self.waveform)
         gate = gate or GateSettings()
         self.gate = Gate(gate, cache, speech=engine.speech)
         """What may be stored: text rules, distinct callers, the quality gate."""

@@ -68,8 +68,8 @@ def test_each_class_is_served_and_kept_nowhere(tmp_path: Path, cls: str, text: s
     cached.savings.flush()
     cache.disk.flush()
     assert cache.disk.index.query("SELECT key FROM entries") == []
-    assert _rows(cache.root / "usage.sqlite3", "SELECT text FROM usage") == []
-    assert _rows(cache.root / "aliases.sqlite3", "SELECT key FROM aliases") == []
+    assert _rows(cache.root / "index.sqlite3", "SELECT text FROM usage") == []
+    assert _rows(cache.root / "index.sqlite3", "SELECT key FROM aliases") == []
     assert cache.stats()["counters"][f"refused_admission_{cls}"] == 2
     cache.close()
     # the text, its digits and the key itself are nowhere in the folder
@@ -161,7 +161,7 @@ def test_segments_store_the_plain_sentence_and_not_the_private_one(tmp_path: Pat
     assert (again.cache, again.segments_hit, again.segments_rendered) == ("bypass", 1, 1)
     assert tone.calls == [text, "Order 77310 arrives on Friday."]
     cached.usage.flush()
-    texts = [row[0] for row in _rows(cached.cache.root / "usage.sqlite3",
+    texts = [row[0] for row in _rows(cached.cache.root / "index.sqlite3",
                                      "SELECT text FROM usage")]
     assert texts == ["Your order has shipped."]
     cached.cache.close()

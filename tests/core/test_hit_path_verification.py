@@ -27,7 +27,7 @@ from voxcache import tensors
 from voxcache.entry import CorruptEntry, Entry, decode
 from voxcache.tensors import tensor_entry
 from voxcache.testing.stored import undetected_flips
-from voxcache.tiers import disk as disk_module
+from voxcache.tiers import disk_reads
 from voxcache.tiers.disk import DiskTier
 
 KEY = "cd" * 32
@@ -277,7 +277,7 @@ def test_an_inline_hit_does_not_build_the_file_path(tmp_path: Path,
         def no_path(kind: str) -> str:
             raise AssertionError("the file path was built for an inline hit")
 
-        monkeypatch.setattr(disk_module, "suffix_of", no_path)
+        monkeypatch.setattr(disk_reads, "suffix_of", no_path)
         got = tier.get(KEY, "embedding")
         assert got is not None and got.blob == entry.blob
         tier.flush()

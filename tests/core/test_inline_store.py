@@ -27,8 +27,7 @@ from voxcache.cache import Cache, CacheConfig
 from voxcache.entry import Entry, blob_entry, decode
 from voxcache.tensors import tensor_entry
 from voxcache.testing.tier_contract import TierContract
-from voxcache.tiers import disk as disk_module
-from voxcache.tiers import inline
+from voxcache.tiers import disk_reads, disk_writes, inline
 from voxcache.tiers.disk import DiskTier
 from voxcache.tiers.layout import entry_path
 
@@ -64,7 +63,8 @@ class TestDiskTierAllInline(TierContract):
     @pytest.fixture
     def tier(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[DiskTier]:
         monkeypatch.setattr(inline, "FILE_KINDS", frozenset())
-        monkeypatch.setattr(disk_module, "FILE_KINDS", frozenset())
+        monkeypatch.setattr(disk_reads, "FILE_KINDS", frozenset())
+        monkeypatch.setattr(disk_writes, "FILE_KINDS", frozenset())
         monkeypatch.setattr(inline, "INLINE_MAX", 64 * 1024)
         tier = DiskTier(tmp_path / "cache")
         yield tier

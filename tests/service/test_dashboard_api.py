@@ -20,6 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from voxcache.errors import InvalidParameter
+from voxcache.tiers.index import Index
 
 ACME, GLOBEX, ADMIN = "acme-key-1234", "globex-key-123", "admin-key-1234"
 KEYED = {"tenants": {"acme": {"api_keys": [ACME]}, "globex": {"api_keys": [GLOBEX]}},
@@ -135,13 +136,13 @@ def test_a_symlink_planted_as_the_history_is_never_followed(make_app, tmp_path) 
         doc = client.get("/v1/dashboard").json()
         assert doc["requests"]["total"] == 1
     assert outside.read_text() == "precious"
-    history = cache_dir / "history.sqlite3"
-    assert not history.is_symlink() and stat.S_IMODE(history.stat().st_mode) == 0o600
-    assert any(p.name.startswith("history.sqlite3.") for p in (cache_dir / "quarantine").iterdir())
-    assert cached.cache.stats()["counters"].get("history_errors", 0) >= 1
+    # the old history file's name: the link is set aside unfollowed, never opened
+    assert not os.path.lexists(cache_dir / "history.sqlite3")
+    assert any(p.name.startswith("history.sqlite3.") and p.is_symlink()
+               for p in (cache_dir / "quarantine").iterdir())
 
 
-def test_a_damaged_history_is_set_aside_and_started_anew(make_app, tmp_path) -> None:
+def test_a_damaged_old_history_file_is_set_aside(make_app, tmp_path) -> None:
     cache_dir = tmp_path / "cache"
     cache_dir.mkdir(mode=0o700)
     (cache_dir / "history.sqlite3").write_bytes(b"not a database at all " * 300)
@@ -153,9 +154,10 @@ def test_a_damaged_history_is_set_aside_and_started_anew(make_app, tmp_path) -> 
         assert requests_total(first) == 2.0
         doc = client.get("/v1/dashboard").json()
         assert doc["service"]["shared"] is True and doc["requests"]["total"] == 2
-    with sqlite3.connect(cache_dir / "history.sqlite3") as db:
+    with sqlite3.connect(cache_dir / "index.sqlite3") as db:
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert cached.cache.stats()["counters"].get("history_errors", 0) >= 1
+    assert not (cache_dir / "history.sqlite3").exists()
+    assert any(p.name.startswith("history.sqlite3.") for p in (cache_dir / "quarantine").iterdir())
 
 
 HOLD_LOCK = """
@@ -174,7 +176,7 @@ def test_a_locked_history_leaves_scrapes_answering_with_this_workers_figures(
         speak(client, "Before the lock.")
         client.get("/metrics")  # the history exists and holds one request
         holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK,
-                                   str(cached.cache.root / "history.sqlite3"), "30"],
+                                   str(cached.cache.root / "index.sqlite3"), "30"],
                                   stdout=subprocess.PIPE, text=True)
         try:
             assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
@@ -198,7 +200,7 @@ def test_the_history_is_private(make_app) -> None:
     with TestClient(app) as client:
         speak(client, "Private figures.")
         client.get("/v1/dashboard")
-    paths = list(cached.cache.root.glob("history.sqlite3*"))
+    paths = list(cached.cache.root.glob("index.sqlite3*"))
     assert paths
     for path in paths:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
@@ -252,18 +254,19 @@ def test_an_exited_workers_counts_stay_in_the_totals(tmp_path) -> None:
                           capture_output=True, text=True, check=True)
     dead_pid = int(gone.stdout)
     past = [time.time() - 600]
-    old = History(tmp_path, 1.0, 3600.0, clock=lambda: past[0])
+    index = Index(tmp_path / "index.sqlite3")
+    old = History(index, 1.0, 3600.0, clock=lambda: past[0])
     counted = {sample("voxcache_requests_total", cache="HIT", code="200", route="speech"): 7.0}
     old.publish(counted, {})
-    with sqlite3.connect(tmp_path / "history.sqlite3") as db:
-        db.execute("UPDATE workers SET pid = ?", (dead_pid,))
-    live = History(tmp_path, 1.0, 3600.0)
+    with sqlite3.connect(tmp_path / "index.sqlite3") as db:
+        db.execute("UPDATE history_workers SET pid = ?", (dead_pid,))
+    live = History(index, 1.0, 3600.0)
     live.publish({next(iter(counted)): 2.0}, {})
     live.trim()
     assert live.totals() == {next(iter(counted)): 9.0}
-    with sqlite3.connect(tmp_path / "history.sqlite3") as db:
-        workers = [row[0] for row in db.execute("SELECT worker FROM workers")]
-        owners = {row[0] for row in db.execute("SELECT worker FROM totals")}
+    with sqlite3.connect(tmp_path / "index.sqlite3") as db:
+        workers = [row[0] for row in db.execute("SELECT worker FROM history_workers")]
+        owners = {row[0] for row in db.execute("SELECT worker FROM history_totals")}
     assert workers == [live.worker] and owners == {live.worker, RETIRED}
 
 
@@ -294,7 +297,7 @@ def test_history_keeps_only_its_window(tmp_path) -> None:
     from voxcache.service.history import History, sample
 
     clock = [1_000_000.0]
-    history = History(tmp_path, 1.0, 60.0, clock=lambda: clock[0])
+    history = History(Index(tmp_path / "index.sqlite3"), 1.0, 60.0, clock=lambda: clock[0])
     name = sample("voxcache_requests_total", cache="MISS", code="200", route="speech")
     for step in range(200):
         clock[0] += 1
@@ -303,8 +306,8 @@ def test_history_keeps_only_its_window(tmp_path) -> None:
     deltas, levels = history.buckets(0)
     assert len(deltas) <= 62 and len(levels) <= 62
     assert history.totals() == {name: 199.0}
-    assert os.path.getsize(tmp_path / "history.sqlite3") < 1 << 20
-    assert Path(tmp_path / "history.sqlite3").exists()
+    assert os.path.getsize(tmp_path / "index.sqlite3") < 1 << 20
+    assert Path(tmp_path / "index.sqlite3").exists()
 
 
 def test_the_charts_hit_rate_is_hits_over_lookups_over_the_trailing_minute(tmp_path) -> None:
@@ -312,7 +315,7 @@ def test_the_charts_hit_rate_is_hits_over_lookups_over_the_trailing_minute(tmp_p
     from voxcache.service.history import History, sample
 
     clock = [1_800_000_000.0]
-    history = History(tmp_path, 10.0, 3600.0, clock=lambda: clock[0])
+    history = History(Index(tmp_path / "index.sqlite3"), 10.0, 3600.0, clock=lambda: clock[0])
     hit = sample("voxcache_requests_total", route="speech", cache="HIT", code="200")
 
     def bucket(memory: int, disk: int, misses: int, served: float) -> None:
@@ -337,3 +340,23 @@ def test_the_charts_hit_rate_is_hits_over_lookups_over_the_trailing_minute(tmp_p
         assert rates["all"][-1] is None  # no lookups in the last minute: nothing to say
         assert drawn["requests_per_second"]["hits"][:3] == [0.0, 0.4, 0.0]
         assert drawn["running"][:3] == [0.0, 0.0, 0.0]
+
+
+def test_damage_met_through_the_history_starts_the_index_repair(tmp_path) -> None:
+    """The history is a table of the index database: damage it meets is the index's, so it
+    asks for the index's repair (one repair path) instead of setting a file of its own aside."""
+    from voxcache.service.history import History, HistoryUnavailable, sample
+
+    index = Index(tmp_path / "index.sqlite3")
+    repairs: list[int] = []
+    faults: list[str] = []
+    history = History(index, 1.0, 60.0, report=lambda area, *_: faults.append(area),
+                      damaged=lambda: repairs.append(1))
+    name = sample("voxcache_requests_total", cache="MISS", code="200", route="speech")
+    history.publish({name: 1.0}, {})
+    index.close()
+    with open(tmp_path / "index.sqlite3", "r+b") as f:  # garbage in place: same inode
+        f.write(b"not a database at all " * 300)
+    with pytest.raises(HistoryUnavailable):
+        history.publish({name: 2.0}, {})
+    assert repairs == [1] and faults == ["history"]

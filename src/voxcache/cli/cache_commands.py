@@ -206,7 +206,11 @@ def top_usage(args: argparse.Namespace) -> int:
     from ..policies.usage import Usage
 
     by, limit = ("missed", args.top_misses) if args.top_misses else ("hits", args.top_hits)
-    rows = Usage(settings_from(args).cache_dir, frozenset()).top(by, limit, args.kind)
+    cache = open_cache(settings_from(args))
+    try:
+        rows = Usage(cache.index, frozenset()).top(by, limit, args.kind)
+    finally:
+        cache.close()
     out = [{"kind": r["kind"], "asked": r["asked"], "missed": r["missed"],
             "hits": r["asked"] - r["missed"], "voice": r["voice"], "instruct": r["instruct"],
             "text": r["text"], "model": r["model"], "key": r["key"]} for r in rows]

@@ -20,11 +20,11 @@ from rich.text import Text
 
 from ..entry import CorruptEntry, decode
 from ..errors import NotFound
-from ..policies.usage import DB_NAME as USAGE_DB
 from ..runtime import open_cache
 from ..tiers.entry_files import NotAnEntryFile
 from ..tiers.index import IndexRow
 from ..tiers.lifecycle import rebuild_index, reconcile
+from ..tiers.repair import INDEX_NAME
 from .common import print_json, read_only_db, settings_from
 from .keys import resolve_key, short_key
 from .output import Column, console, human_size, say, show, table
@@ -195,7 +195,7 @@ def _index_fields(row: IndexRow) -> dict[str, Any]:
 
 def _asked(root: Path, key: str) -> dict[str, Any] | None:
     """The usage record of ``key``: how often it was asked, and the payload that was hashed."""
-    with read_only_db(root / USAGE_DB) as db:
+    with read_only_db(root / INDEX_NAME) as db:
         if db is None:
             return None
         found = db.execute("SELECT kind, asked, missed, payload FROM usage WHERE key = ?",

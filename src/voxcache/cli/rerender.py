@@ -17,10 +17,8 @@ from typing import Any
 
 from ..cache import Cache
 from ..errors import NotFound, VoxcacheError
-from ..policies.upgrades import DB_NAME as ALIASES_DB
-from ..policies.usage import DB_NAME as USAGE_DB
 from ..policies.usage import Usage, request_from_payload
-from .common import FAILED, OK, print_json, read_only_db, settings_from
+from .common import FAILED, OK, print_json, settings_from
 from .progress import progress
 
 
@@ -43,14 +41,9 @@ def candidates(usage: Usage, revision: str, top: int) -> list[dict[str, Any]]:
     asked alone, so re-rendering it warms every paragraph that contains it.
     """
     usage.flush()
-    if not usage.path.exists():
-        return []
-    with usage._connect() as db:
-        cursor = db.execute("SELECT key, text, payload, asked FROM usage WHERE model = ? AND "
-                            "json_extract(payload, '$.kind') = 'audio' ORDER BY asked DESC "
-                            "LIMIT ?", (revision, top))
-        return [dict(zip(("key", "text", "payload", "asked"), row, strict=True))
-                for row in cursor]
+    return usage.select("key, text, payload, asked", "WHERE model = ? AND json_valid(payload) "
+                        "AND json_extract(payload, '$.kind') = 'audio' ORDER BY asked DESC "
+                        "LIMIT ?", (revision, top))
 
 
 def rerender(args: argparse.Namespace) -> int:
@@ -95,19 +88,16 @@ def model_revisions(cache: Cache) -> dict[str, dict[str, int]]:
     (index) and lineages pointing at them (alias table). ``voxcache stats`` lists them."""
     found: dict[str, dict[str, int]] = defaultdict(lambda: {"asked": 0, "stored": 0,
                                                             "latest": 0})
-    with read_only_db(cache.root / USAGE_DB) as db:
-        if db is not None:
-            for model, n in db.execute("SELECT model, count(*) FROM usage WHERE json_extract("
-                                       "payload, '$.kind') = 'audio' GROUP BY model"):
-                found[model]["asked"] += n
-    for model, n in cache.index.query(
+    index = cache.index
+    for model, n in index.query("SELECT model, count(*) FROM usage WHERE json_valid(payload) "
+                                "AND json_extract(payload, '$.kind') = 'audio' GROUP BY model"):
+        found[model]["asked"] += n
+    for model, n in index.query(
             "SELECT model, count(*) FROM entries WHERE kind = 'audio' AND model != '' "
             "GROUP BY model"):
         found[model]["stored"] += n
-    with read_only_db(cache.root / ALIASES_DB) as db:
-        if db is not None:
-            for model, n in db.execute("SELECT model, count(*) FROM aliases GROUP BY model"):
-                found[model]["latest"] += n
+    for model, n in index.query("SELECT model, count(*) FROM aliases GROUP BY model"):
+        found[model]["latest"] += n
     return dict(found)
 
 

@@ -86,12 +86,16 @@ def speaks(languages: Sequence[str], language: str | None) -> bool:
 
 def warm(args: argparse.Namespace) -> int:
     """Render what is missing, pin what is asked; exit 1 if a phrase the engine speaks failed."""
-    from ..runtime import open_cached_engine
+    from ..runtime import open_cache, open_cached_engine
 
     if args.from_top_misses:
         from ..policies.usage import top_phrases
 
-        phrases = top_phrases(settings_from(args).cache_dir, args.from_top_misses)
+        cache = open_cache(settings_from(args))
+        try:
+            phrases = top_phrases(cache.index, args.from_top_misses)
+        finally:
+            cache.close()
     elif args.file:
         phrases = load_phrases(args.file)
     else:

@@ -3,7 +3,7 @@
 The model revision is in every key, so a new model never serves old audio as
 new. To serve an old take *knowingly*, voxcache needs to find it: a "lineage"
 key hashes the request's payload without the model revision, and a small
-alias table (``aliases.sqlite3`` in the cache folder) maps each lineage to the
+alias table (``aliases`` in the cache folder's index database) maps each lineage to the
 content key of its latest take. Entries stay immutable; only the alias moves.
 
 Policies: ``strict`` (the default) treats old-revision takes as misses and lets
@@ -23,16 +23,14 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidParameter
-from ..fsmode import private_sqlite
 from ..key import digest
 from ..outcome import NO_PROGRESS, Result, seconds_since
 from ..resolved import ResolvedRequest
 from ..scheduling import BACKGROUND, RENDER_PRIORITY
-from ..tiers.faults import FaultLog
+from ..tiers.index import Index
 from ..vocabulary import Outcome
 from .pipeline import Pipeline
 
@@ -40,7 +38,6 @@ log = logging.getLogger("voxcache.upgrades")
 
 POLICIES = {"strict": "strict", "stale-while-revalidate": "stale-while-revalidate",
             "swr": "stale-while-revalidate"}
-DB_NAME = "aliases.sqlite3"
 ALIAS_WAIT = 0.2
 """Seconds a miss waits to record its alias behind another process's write lock."""
 
@@ -61,50 +58,32 @@ def lineage_key(payload: dict[str, Any]) -> str:
 
 
 class Aliases:
-    """Mutable names (lineage → latest content key and its model revision)."""
+    """Mutable names (lineage → latest content key and its model revision): a table of the
+    folder's index database (``tiers.index_schema``)."""
 
-    def __init__(self, root: Path) -> None:
-        self.path = Path(root) / DB_NAME
-        self._local = threading.local()
-        self._faults = FaultLog(log, lambda _name, _delta: None)
+    def __init__(self, index: Index, fault: Callable[[str, BaseException], None]) -> None:
+        self.index = index
+        self._fault = fault
 
     def record(self, lineage: str, key: str, model: str) -> None:
         """Point ``lineage`` at the take just stored."""
         try:
-            with self._connect() as db:
+            with self.index.transaction(ALIAS_WAIT) as db:
                 db.execute("INSERT INTO aliases VALUES (?,?,?,?) ON CONFLICT(lineage) DO UPDATE "
                            "SET key = excluded.key, model = excluded.model, "
                            "updated = excluded.updated", (lineage, key, model, time.time()))
         except (sqlite3.Error, OSError) as exc:  # an accelerator: never fail a request on it
-            self._faults.report("alias", exc, "a take's alias could not be recorded (it is "
-                                "served and stored; stale-while-revalidate cannot find it)")
+            self._fault("alias record", exc)
 
     def get(self, lineage: str) -> tuple[str, str] | None:
         """Return (content key, model revision) of the latest take of ``lineage``."""
-        if not self.path.exists():
-            return None
         try:
-            with self._connect() as db:
-                row = db.execute("SELECT key, model FROM aliases WHERE lineage = ?",
-                                 (lineage,)).fetchone()
-        except (sqlite3.Error, OSError):
+            rows = self.index.query("SELECT key, model FROM aliases WHERE lineage = ?",
+                                    (lineage,), ALIAS_WAIT)
+        except (sqlite3.Error, OSError) as exc:
+            self._fault("alias lookup", exc)
             return None
-        return (row[0], row[1]) if row else None
-
-    def _connect(self) -> sqlite3.Connection:
-        """This thread's connection, opened once: every miss records an alias, so a fresh
-        connection and a full-sync commit each time (~18 ms) would dominate a miss."""
-        db: sqlite3.Connection | None = getattr(self._local, "db", None)
-        if db is None:
-            private_sqlite(self.path)
-            # a miss records an alias: never wait long on another process's lock
-            db = sqlite3.connect(self.path, timeout=ALIAS_WAIT, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("CREATE TABLE IF NOT EXISTS aliases (lineage TEXT PRIMARY KEY, "
-                       "key TEXT NOT NULL, model TEXT NOT NULL, updated REAL NOT NULL)")
-            self._local.db = db
-        return db
+        return (rows[0][0], rows[0][1]) if rows else None
 
 
 class Revalidator:
@@ -159,9 +138,10 @@ class Revalidator:
 class Upgrades:
     """The model-upgrade policy of one cache: its aliases, its re-renders, its rule."""
 
-    def __init__(self, root: Path, policy: str) -> None:
+    def __init__(self, index: Index, fault: Callable[[str, BaseException], None],
+                 policy: str) -> None:
         self.policy = parse_model_policy(policy)
-        self.aliases = Aliases(root)
+        self.aliases = Aliases(index, fault)
         self.revalidator = Revalidator()
 
     def serve_stale(self, pipeline: Pipeline, resolved: ResolvedRequest, key: str,

@@ -2,7 +2,7 @@
 
 Counting must not slow a hit, so the request path only bumps an in-memory
 counter; a background thread (and ``flush``/exit) folds the counts into a
-small SQLite table in the cache folder, ``usage.sqlite3``. Both are bounded:
+table of the cache folder's index database, ``usage``. Both are bounded:
 the buffer by ``max_pending`` keys (new keys beyond it are dropped until the
 next flush) and the table by ``max_rows`` (the least-asked, least-recent rows
 go first). Each row keeps the canonical key payload, which is what lets
@@ -17,33 +17,24 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-from ..fsmode import private_sqlite
 from ..key import key_payload
 from ..request import SynthesisRequest
 from ..resolved import ResolvedRequest
+from ..tiers.index import Index
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS usage (
-    key TEXT PRIMARY KEY, kind TEXT NOT NULL, tenant TEXT NOT NULL, engine TEXT NOT NULL,
-    model TEXT NOT NULL, voice TEXT, instruct TEXT, text TEXT NOT NULL, payload TEXT NOT NULL,
-    asked INTEGER NOT NULL, missed INTEGER NOT NULL, last REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS usage_by_missed ON usage(missed);
-CREATE INDEX IF NOT EXISTS usage_by_asked ON usage(asked);
-"""
-DB_NAME = "usage.sqlite3"
+USAGE_WAIT = 5.0
+"""Seconds a background fold waits for another process's write lock."""
 
 
 class Usage:
     """Bounded ask/miss counters per request key and per segment key."""
 
-    def __init__(self, root: Path, waveform: frozenset[str], *, max_rows: int = 100_000,
+    def __init__(self, index: Index, waveform: frozenset[str], *, max_rows: int = 100_000,
                  max_pending: int = 20_000, flush_interval: float = 2.0) -> None:
-        self.path = Path(root) / DB_NAME
+        self.index = index
         self.max_rows = max_rows
         self.max_pending = max_pending
         self._waveform = waveform
@@ -55,7 +46,7 @@ class Usage:
         self._stop = threading.Event()
         # Flush when this object is collected or the process exits; the finalizer and
         # the flusher thread hold no reference to ``self``, so collection can happen.
-        weakref.finalize(self, _final_flush, self.path, waveform, self._pending, self._lock)
+        weakref.finalize(self, _final_flush, self.index, waveform, self._pending, self._lock)
 
     # -- recording (request path) -------------------------------------------
     def asked(self, resolved: ResolvedRequest, key: str, hit: bool, kind: str = "request") -> None:
@@ -82,7 +73,7 @@ class Usage:
         if not pending:
             return
         with self._flush_lock:
-            _write(self.path, self._waveform, pending, self.max_rows)
+            _write(self.index, self._waveform, pending, self.max_rows)
 
     def top(self, by: str, limit: int, kind: str | None = None) -> list[dict[str, Any]]:
         """The ``limit`` most-missed (``by="missed"``) or most-hit (``"hits"``) keys."""
@@ -91,22 +82,22 @@ class Usage:
                  "hits": "(asked - missed) DESC, asked DESC",
                  "asked": "asked DESC"}[by]
         where, params = ("WHERE kind = ?", (kind,)) if kind else ("", ())
-        if not self.path.exists():
-            return []
-        with _connect(self.path) as db:
-            cursor = db.execute(
-                f"SELECT key, kind, tenant, engine, model, voice, instruct, text, payload, asked, "
-                f"missed FROM usage {where} ORDER BY {order} LIMIT ?", (*params, limit))
-            names = [d[0] for d in cursor.description]
-            return [dict(zip(names, row, strict=True)) for row in cursor]
+        return self.select("key, kind, tenant, engine, model, voice, instruct, text, payload, "
+                           "asked, missed", f"{where} ORDER BY {order} LIMIT ?",
+                           (*params, limit))
+
+    def select(self, columns: str, rest: str, args: tuple[object, ...] = (),
+               wait: float | None = None) -> list[dict[str, Any]]:
+        """Rows of the usage table as dicts: ``SELECT {columns} FROM usage {rest}``."""
+        cursor = self.index.connection(wait).execute(
+            f"SELECT {columns} FROM usage {rest}", args)
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor]
 
     def close(self) -> None:
         """Stop the flusher and write what is buffered."""
         self._stop.set()
         self.flush()
-
-    def _connect(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        return _connect(self.path)
 
     def _start(self) -> None:
         with self._lock:
@@ -118,7 +109,7 @@ class Usage:
         self._thread.start()
 
 
-def _write(path: Path, waveform: frozenset[str], pending: dict[str, list[Any]],
+def _write(index: Index, waveform: frozenset[str], pending: dict[str, list[Any]],
            max_rows: int) -> None:
     """Fold ``pending`` counts into the table and trim it to ``max_rows``."""
     now = time.time()
@@ -128,7 +119,7 @@ def _write(path: Path, waveform: frozenset[str], pending: dict[str, list[Any]],
         rows.append((key, kind, resolved.tenant, resolved.engine_id, resolved.model_revision,
                      resolved.voice, resolved.instruct, resolved.text[:500],
                      json.dumps(payload, sort_keys=True), asked, missed, now))
-    with _connect(path) as db:
+    with index.transaction(USAGE_WAIT) as db:
         db.executemany(
             "INSERT INTO usage VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE "
             "SET asked = asked + excluded.asked, missed = missed + excluded.missed, "
@@ -137,20 +128,6 @@ def _write(path: Path, waveform: frozenset[str], pending: dict[str, list[Any]],
         if count > max_rows:
             db.execute("DELETE FROM usage WHERE key IN (SELECT key FROM usage "
                        "ORDER BY asked, last LIMIT ?)", (count - int(max_rows * 0.9),))
-
-
-@contextlib.contextmanager
-def _connect(path: Path) -> Iterator[sqlite3.Connection]:
-    """A connection committed on success and always closed."""
-    private_sqlite(path)
-    db = sqlite3.connect(path, timeout=10)
-    try:
-        db.execute("PRAGMA journal_mode=WAL")
-        db.executescript(SCHEMA)
-        with db:
-            yield db
-    finally:
-        db.close()
 
 
 def _flush_loop(ref: weakref.ref[Usage], stop: threading.Event, interval: float) -> None:
@@ -163,14 +140,14 @@ def _flush_loop(ref: weakref.ref[Usage], stop: threading.Event, interval: float)
         del usage
 
 
-def _final_flush(path: Path, waveform: frozenset[str], pending: dict[str, list[Any]],
+def _final_flush(index: Index, waveform: frozenset[str], pending: dict[str, list[Any]],
                  lock: threading.Lock) -> None:
     with lock:
         items = dict(pending)
         pending.clear()
     if items:
         with contextlib.suppress(sqlite3.Error, OSError):
-            _write(path, waveform, items, 100_000)
+            _write(index, waveform, items, 100_000)
 
 
 def request_from_payload(row: dict[str, Any]) -> SynthesisRequest | None:
@@ -184,10 +161,10 @@ def request_from_payload(row: dict[str, Any]) -> SynthesisRequest | None:
         params=payload["params"], tenant=payload["tenant"])
 
 
-def top_phrases(root: Path, limit: int, kind: str | None = None) -> list[dict[str, Any]]:
+def top_phrases(index: Index, limit: int, kind: str | None = None) -> list[dict[str, Any]]:
     """The most-missed requests (or segments) as phrases ``voxcache warm`` understands."""
     phrases = []
-    for row in Usage(root, frozenset()).top("missed", limit, kind):
+    for row in Usage(index, frozenset()).top("missed", limit, kind):
         if row["missed"] <= 0:
             continue
         request = request_from_payload(row)

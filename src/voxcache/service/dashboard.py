@@ -52,8 +52,8 @@ def install(app: FastAPI, settings: Settings) -> None:
     """Shared history, response timing, the dashboard's routes and this worker's sampler."""
     server: Server = app.state.server
     config = dashboard_settings(settings)
-    history = History(server.cache.root, config.interval, config.window,
-                      report=server.cache.report_fault)
+    history = History(server.cache.index, config.interval, config.window,
+                      report=server.cache.report_fault, damaged=server.cache.folder.start_repair)
     server.metrics.attach(history, server.admission)
     sampler = Sampler(server.metrics, history, server.cache)
     app.state.dashboard = Figures(server, history, settings.upstream)

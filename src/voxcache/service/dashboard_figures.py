@@ -23,6 +23,7 @@ from ..policies import savings
 from ..policies.admit import recent_refusals, refusal_counts
 from ..policies.usage import request_from_payload
 from ..tiers.entry_files import NotAnEntryFile, read_entry_file
+from ..tiers.index import REQUEST_WAIT
 from ..vocabulary import TierName
 from .dashboard_series import SeriesMemo, hit_rate, hits_and_misses, recent, series
 from .history import History, HistoryUnavailable, Sample
@@ -81,8 +82,6 @@ def top_rows(server: Server, by: str, tenant: str | None, limit: int = TOP
     usage = server.cached.usage
     with contextlib.suppress(sqlite3.Error, OSError):
         usage.flush()
-    if not usage.path.exists():
-        return []
     where = "missed > 0" if by == "missed" else "asked > missed"
     order = "missed DESC, asked DESC" if by == "missed" else "(asked - missed) DESC, asked DESC"
     args: tuple[object, ...] = ()
@@ -90,13 +89,9 @@ def top_rows(server: Server, by: str, tenant: str | None, limit: int = TOP
         where += " AND tenant = ?"
         args = (tenant,)
     try:
-        with contextlib.closing(sqlite3.connect(f"{usage.path.resolve().as_uri()}?mode=ro",
-                                                uri=True, timeout=0.5)) as db:
-            cursor = db.execute(
-                f"SELECT key, kind, tenant, voice, instruct, text, payload, asked, missed "
-                f"FROM usage WHERE {where} ORDER BY {order} LIMIT ?", (*args, limit))
-            names = [d[0] for d in cursor.description]
-            return [dict(zip(names, row, strict=True)) for row in cursor]
+        return usage.select("key, kind, tenant, voice, instruct, text, payload, asked, missed",
+                            f"WHERE {where} ORDER BY {order} LIMIT ?", (*args, limit),
+                            REQUEST_WAIT)
     except sqlite3.Error:
         return []
 
@@ -274,12 +269,10 @@ class Figures:
         requests; the table keeps the most asked rows, so this is what it still holds)."""
         usage = self.server.cached.usage
         asked = missed = 0
-        if usage.path.exists():
-            with contextlib.suppress(sqlite3.Error), contextlib.closing(sqlite3.connect(
-                    f"{usage.path.resolve().as_uri()}?mode=ro", uri=True, timeout=0.5)) as db:
-                asked, missed = db.execute(
-                    "SELECT COALESCE(SUM(asked), 0), COALESCE(SUM(missed), 0) FROM usage "
-                    "WHERE tenant = ? AND kind = 'request'", (tenant,)).fetchone()
+        with contextlib.suppress(sqlite3.Error):
+            ((asked, missed),) = usage.index.query(
+                "SELECT COALESCE(SUM(asked), 0), COALESCE(SUM(missed), 0) FROM usage "
+                "WHERE tenant = ? AND kind = 'request'", (tenant,), REQUEST_WAIT)
         return {"asked": asked, "missed": missed, "hit_rate": hit_rate(asked - missed, missed)}
 
     def _top(self, by: str, viewer: Viewer) -> list[dict[str, Any]]:

@@ -5,8 +5,8 @@ counters, render slots and memory tier. A scrape or a dashboard poll reaches one
 of them at random, so neither may show that process's figures alone: the totals
 would jump from worker to worker (Prometheus reads a smaller value as a counter
 reset) and the dashboard would show a fraction of the traffic. Each worker
-therefore *publishes* what it counted into a small SQLite file in the cache
-folder, ``history.sqlite3`` (0600, WAL), which every worker sums:
+therefore *publishes* what it counted into tables of the cache folder's index
+database (``history_*``, ``tiers.index_schema``), which every worker sums:
 
 - ``totals``: per worker, its counter samples since it started; the sum over
   workers is what ``/metrics`` exports, so every scrape sees the same totals
@@ -19,11 +19,10 @@ folder, ``history.sqlite3`` (0600, WAL), which every worker sums:
   memory held) and the cache folder's own persisted counters (worker ``folder``:
   every worker reads the same index, so the last writer's copy is as good as any).
 
-The file is an accelerator for figures, never a dependency: when it cannot be
-opened or written (a full disk, a read-only folder, a lock held too long, a
-damaged file, a symlink planted at its name) the caller falls back to this
-process's own figures, the fault is counted as ``history_errors`` and logged
-once per cause, and a damaged file is moved to ``quarantine/`` and started anew.
+The tables are an accelerator for figures, never a dependency: when they cannot be
+read or written (a full disk, a lock held too long, a damaged database) the caller
+falls back to this process's own figures, the fault is counted as ``history_errors``
+and logged once per cause, and damage starts the index's own repair.
 """
 
 from __future__ import annotations
@@ -34,18 +33,15 @@ import math
 import os
 import secrets
 import sqlite3
-import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-from ..fsmode import private_dirs, private_sqlite
+from ..tiers.index import Index, is_damaged
 from ..tiers.sessions import alive
 
-DB_NAME = "history.sqlite3"
 RETIRED = "retired"
 """The worker row that keeps the totals of workers that have exited."""
 FOLDER = "folder"
@@ -54,18 +50,6 @@ REQUEST_WAIT = 0.2
 """Seconds a scrape or a dashboard poll waits for another worker's write."""
 SAMPLER_WAIT = 2.0
 """Seconds the background sampler waits for another worker's write."""
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS workers (worker TEXT PRIMARY KEY, pid INTEGER NOT NULL,
-    started REAL NOT NULL, seen REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS totals (worker TEXT NOT NULL, sample TEXT NOT NULL,
-    value REAL NOT NULL, PRIMARY KEY (worker, sample)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS deltas (bucket INTEGER NOT NULL, sample TEXT NOT NULL,
-    value REAL NOT NULL, PRIMARY KEY (bucket, sample)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS levels (bucket INTEGER NOT NULL, worker TEXT NOT NULL,
-    sample TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (bucket, worker, sample))
-    WITHOUT ROWID;
-"""
 
 Labels = tuple[tuple[str, str], ...]
 Sample = tuple[str, Labels]
@@ -95,12 +79,14 @@ def decode(text: str) -> Sample:
 
 
 class History:
-    """This worker's view of the shared history file."""
+    """This worker's view of the shared history (tables of the folder's index database)."""
 
-    def __init__(self, root: Path, interval: float, window: float,
+    def __init__(self, index: Index, interval: float, window: float,
                  report: Callable[[str, BaseException, str], None] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
-        self.path = Path(root) / DB_NAME
+                 clock: Callable[[], float] = time.time,
+                 damaged: Callable[[], object] | None = None) -> None:
+        self.index = index
+        self._damaged = damaged
         self.interval = interval
         self.window = window
         self.worker = f"{os.getpid()}-{secrets.token_hex(4)}"
@@ -109,7 +95,6 @@ class History:
         self._lock = threading.Lock()
         self._published: dict[Sample, float] = {}
         self._started = clock()
-        self._local = threading.local()
 
     # -- time buckets ---------------------------------------------------------------
     def bucket_of(self, when: float) -> int:
@@ -133,26 +118,26 @@ class History:
         with self._lock, self._transaction(wait) as db:
             # No row of ours: the file is new (it was deleted or found damaged), so it gets
             # our whole count, not just what came since we last wrote to the old one.
-            known = db.execute("SELECT 1 FROM workers WHERE worker = ?",
+            known = db.execute("SELECT 1 FROM history_workers WHERE worker = ?",
                                (self.worker,)).fetchone() is not None
             before = self._published if known else {}
             deltas = {key: value - before.get(key, 0.0) for key, value in counters.items()
                       if value != before.get(key, 0.0)}
             rows = [(encode(key), value) for key, value in deltas.items()]
-            db.execute("INSERT INTO workers VALUES (?, ?, ?, ?) ON CONFLICT(worker) DO "
+            db.execute("INSERT INTO history_workers VALUES (?, ?, ?, ?) ON CONFLICT(worker) DO "
                        "UPDATE SET seen = excluded.seen",
                        (self.worker, os.getpid(), self._started, now))
-            db.executemany("INSERT INTO totals VALUES (?, ?, ?) ON CONFLICT(worker, sample) "
-                           "DO UPDATE SET value = value + excluded.value",
+            db.executemany("INSERT INTO history_totals VALUES (?, ?, ?) ON CONFLICT(worker, "
+                           "sample) DO UPDATE SET value = value + excluded.value",
                            [(self.worker, name, value) for name, value in rows])
-            db.executemany("INSERT INTO deltas VALUES (?, ?, ?) ON CONFLICT(bucket, sample) "
-                           "DO UPDATE SET value = value + excluded.value",
+            db.executemany("INSERT INTO history_deltas VALUES (?, ?, ?) ON CONFLICT(bucket, "
+                           "sample) DO UPDATE SET value = value + excluded.value",
                            [(bucket, name, value) for name, value in rows])
-            db.executemany("INSERT OR REPLACE INTO levels VALUES (?, ?, ?, ?)",
+            db.executemany("INSERT OR REPLACE INTO history_levels VALUES (?, ?, ?, ?)",
                            [(bucket, self.worker, encode(key), value)
                             for key, value in gauges.items()])
             if folder is not None:
-                db.executemany("INSERT OR REPLACE INTO levels VALUES (?, ?, ?, ?)",
+                db.executemany("INSERT OR REPLACE INTO history_levels VALUES (?, ?, ?, ?)",
                                [(bucket, FOLDER, encode(key), value)
                                 for key, value in folder.items()])
             # Only once the transaction commits (a failure leaves these for the next call).
@@ -164,37 +149,38 @@ class History:
         now = self._clock()
         oldest = self.bucket_of(now - self.window)
         with self._transaction(wait) as db:
-            db.execute("DELETE FROM deltas WHERE bucket < ?", (oldest,))
-            db.execute("DELETE FROM levels WHERE bucket < ?", (oldest,))
+            db.execute("DELETE FROM history_deltas WHERE bucket < ?", (oldest,))
+            db.execute("DELETE FROM history_levels WHERE bucket < ?", (oldest,))
             quiet_since = now - max(60.0, 10 * self.interval)
             for worker, pid in db.execute(
-                    "SELECT worker, pid FROM workers WHERE seen < ? AND worker != ?",
+                    "SELECT worker, pid FROM history_workers WHERE seen < ? AND worker != ?",
                     (quiet_since, self.worker)).fetchall():
                 if alive(pid):
                     continue  # stalled, not gone: a worker's row is folded only once it exits
-                db.execute("INSERT INTO totals SELECT ?, sample, value FROM totals WHERE "
-                           "worker = ? ON CONFLICT(worker, sample) DO UPDATE SET "
-                           "value = value + excluded.value", (RETIRED, worker))
-                db.execute("DELETE FROM totals WHERE worker = ?", (worker,))
-                db.execute("DELETE FROM workers WHERE worker = ?", (worker,))
+                db.execute("INSERT INTO history_totals SELECT ?, sample, value FROM "
+                           "history_totals WHERE worker = ? ON CONFLICT(worker, sample) "
+                           "DO UPDATE SET value = value + excluded.value", (RETIRED, worker))
+                db.execute("DELETE FROM history_totals WHERE worker = ?", (worker,))
+                db.execute("DELETE FROM history_workers WHERE worker = ?", (worker,))
 
     # -- reading ----------------------------------------------------------------------
     def totals(self) -> dict[Sample, float]:
         """Every worker's counter samples summed (exited workers included)."""
         with self._reading() as db:
-            rows = db.execute("SELECT sample, SUM(value) FROM totals GROUP BY sample").fetchall()
+            rows = db.execute("SELECT sample, SUM(value) FROM history_totals "
+                              "GROUP BY sample").fetchall()
         return {decode(name): value for name, value in rows}
 
     def workers(self) -> list[dict[str, Any]]:
         """The workers seen within three intervals, with their own counter totals."""
         since = self._clock() - max(3 * self.interval, 2.0)
         with self._reading() as db:
-            found = db.execute("SELECT worker, pid, started, seen FROM workers WHERE seen >= ? "
-                               "ORDER BY started", (since,)).fetchall()
+            found = db.execute("SELECT worker, pid, started, seen FROM history_workers "
+                               "WHERE seen >= ? ORDER BY started", (since,)).fetchall()
             out: list[dict[str, Any]] = []
             for worker, pid, started, seen in found:
                 totals = {decode(name): value for name, value in db.execute(
-                    "SELECT sample, value FROM totals WHERE worker = ?", (worker,))}
+                    "SELECT sample, value FROM history_totals WHERE worker = ?", (worker,))}
                 out.append({"worker": worker, "pid": pid, "started": started, "seen": seen,
                             "self": worker == self.worker, "totals": totals})
         return out
@@ -204,9 +190,10 @@ class History:
         since = self._clock() - max(3 * self.interval, 2.0)
         with self._reading() as db:
             rows = db.execute(
-                "SELECT l.sample, SUM(l.value) FROM levels l JOIN (SELECT worker, MAX(bucket) "
-                "AS b FROM levels WHERE worker NOT IN (?, ?) GROUP BY worker) m ON "
-                "l.worker = m.worker AND l.bucket = m.b JOIN workers w ON w.worker = l.worker "
+                "SELECT l.sample, SUM(l.value) FROM history_levels l JOIN (SELECT worker, "
+                "MAX(bucket) AS b FROM history_levels WHERE worker NOT IN (?, ?) GROUP BY "
+                "worker) m ON l.worker = m.worker AND l.bucket = m.b JOIN history_workers w "
+                "ON w.worker = l.worker "
                 "WHERE w.seen >= ? GROUP BY l.sample", (self.worker, FOLDER, since)).fetchall()
         return {decode(name): value for name, value in rows}
 
@@ -218,130 +205,39 @@ class History:
         levels: dict[int, dict[Sample, float]] = {}
         with self._reading() as db:
             for bucket, name, value in db.execute(
-                    "SELECT bucket, sample, value FROM deltas WHERE bucket >= ?", (since,)):
+                    "SELECT bucket, sample, value FROM history_deltas WHERE bucket >= ?",
+                    (since,)):
                 deltas.setdefault(bucket, {})[decode(name)] = value
             for bucket, name, value in db.execute(
-                    "SELECT bucket, sample, SUM(value) FROM levels WHERE bucket >= ? "
+                    "SELECT bucket, sample, SUM(value) FROM history_levels WHERE bucket >= ? "
                     "GROUP BY bucket, sample", (since,)):
                 levels.setdefault(bucket, {})[decode(name)] = value
         return deltas, levels
 
-    # -- the file ---------------------------------------------------------------------
+    # -- the database ---------------------------------------------------------------
     @contextlib.contextmanager
     def _transaction(self, wait: float) -> Iterator[sqlite3.Connection]:
-        with self._connection(wait) as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+        with self._failing_open(), self.index.transaction(wait) as db:
+            yield db
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
-        with self._connection(REQUEST_WAIT) as db:
-            yield db
+        with self._failing_open():
+            yield self.index.connection(REQUEST_WAIT)
 
     @contextlib.contextmanager
-    def _connection(self, wait: float) -> Iterator[sqlite3.Connection]:
-        """This thread's connection, opened anew when the file at the path is another one
-        (deleted, or quarantined and recreated); any failure becomes ``HistoryUnavailable``
-        and drops the connection. Kept open: closing the last connection to a WAL database
-        checkpoints it, which would cost each poll milliseconds."""
+    def _failing_open(self) -> Iterator[None]:
+        """Any failure becomes ``HistoryUnavailable``, counted and logged; damage starts
+        the index's repair (the history is a table of the index database)."""
         try:
-            db = self._open()
-            db.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
-            yield db
+            yield
         except (OSError, sqlite3.Error) as exc:
-            self._drop()
-            raise self._fault(exc) from exc
-
-    def _open(self) -> sqlite3.Connection:
-        self._check_path()
-        inode = os.stat(self.path).st_ino
-        held = getattr(self._local, "db", None)
-        if held is not None and held[1] == inode:
-            return held[0]
-        self._drop()
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._local.db = (db, inode)
-        db.execute("PRAGMA synchronous=NORMAL")  # figures: no fsync per publication
-        self._create(db)
-        return db
-
-    def _drop(self) -> None:
-        held = getattr(self._local, "db", None)
-        self._local.db = None
-        if held is not None:
-            with contextlib.suppress(sqlite3.Error):
-                held[0].close()
-
-    def _check_path(self) -> None:
-        """Refuse anything but a regular file at the history's name (a symlink planted
-        there would make SQLite write wherever it points), then create it 0600."""
-        try:
-            info = os.lstat(self.path)
-        except FileNotFoundError:
-            private_sqlite_new(self.path)
-            return
-        if not stat.S_ISREG(info.st_mode):
-            raise NotARegularFile(f"{DB_NAME} in the cache folder is not a regular file")
-        private_sqlite(self.path)
-
-    def _create(self, db: sqlite3.Connection) -> None:
-        """WAL and the schema, retried while another worker starting at the same instant
-        holds the lock (SQLite does not wait for the switch to WAL)."""
-        for attempt in range(50):
-            try:
-                db.execute("PRAGMA journal_mode=WAL")
-                db.executescript(SCHEMA)
-                return
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or attempt == 49:
-                    raise
-                time.sleep(0.02)
-
-    def _fault(self, exc: BaseException) -> HistoryUnavailable:
-        """Count and log the fault; move a damaged file aside so the next call starts anew."""
-        if self._report is not None:
-            self._report("history", exc, "the dashboard history could not be used; figures "
-                         "from this worker alone until it can")
-        if _damaged(exc):
-            self._quarantine()
-        return HistoryUnavailable(str(exc))
-
-    def _quarantine(self) -> None:
-        folder = self.path.parent / "quarantine"
-        stamp = f"{int(self._clock())}-{secrets.token_hex(3)}"
-        with contextlib.suppress(OSError):
-            private_dirs(folder)
-            for suffix in ("", "-wal", "-shm"):
-                source = Path(f"{self.path}{suffix}")
-                if source.is_symlink() or source.exists():
-                    os.replace(source, folder / f"{DB_NAME}{suffix}.{stamp}")
-
-
-def private_sqlite_new(path: Path) -> None:
-    """Create a new database file 0600, never through a name that appeared meanwhile."""
-    with contextlib.suppress(FileExistsError):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
-        os.close(fd)
-    private_sqlite(path)
-
-
-class NotARegularFile(OSError):
-    """Something other than a regular file (a symlink, a folder, a FIFO) at the history's
-    name: moved to ``quarantine/`` like a damaged file."""
-
-
-def _damaged(exc: BaseException) -> bool:
-    if isinstance(exc, NotARegularFile):
-        return True
-    text = str(exc).lower()
-    return isinstance(exc, sqlite3.DatabaseError) and (
-        "malformed" in text or "not a database" in text)
+            if self._report is not None:
+                self._report("history", exc, "the dashboard history could not be used; "
+                             "figures from this worker alone until it can")
+            if is_damaged(exc) and self._damaged is not None:
+                self._damaged()
+            raise HistoryUnavailable(str(exc)) from exc
 
 
 def quantile(q: float, buckets: Mapping[float, float]) -> float | None:

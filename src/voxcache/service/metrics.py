@@ -37,6 +37,7 @@ from ..policies import savings as ledger
 from ..policies.admit import refusal_counts
 from ..stages.figures import EVENTS as STAGE_EVENTS
 from ..stages.figures import stage_figures
+from ..tiers.index import REQUEST_WAIT
 from ..vocabulary import TierName
 from .history import History, HistoryUnavailable, Sample, sample
 
@@ -192,7 +193,7 @@ class _Collector(Collector):
     def collect(self) -> Iterator[Any]:
         counters, gauges, _shared = self.metrics.workers_view()
         yield from self._workers(counters, gauges)
-        stats = self.cache.stats()
+        stats = self.cache.stats(REQUEST_WAIT)  # a scrape never stalls on a locked index
         disk = stats["tiers"][TierName.DISK]
         stored = GaugeMetricFamily("voxcache_stored_bytes", "Bytes stored per tier (memory: "
                                    "all workers)", labels=["tier"])

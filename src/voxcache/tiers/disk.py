@@ -1,69 +1,47 @@
-"""Local disk tier: one standard file per entry, sharded ``objects/ab/cd/<key>.wav``.
+"""Local disk tier: one standard file per entry, sharded ``objects/ab/cd/<key>.wav``,
+small ones inline (``tiers.inline``), and the folder's SQLite index beside them.
 
-Why it cannot serve a torn entry: a write goes to a temp file in the target
-folder and is published with ``link`` (atomic, and fails if the name exists —
-first writer wins); the reader verifies every byte of the file, so even a file
-truncated by a power cut after publication is detected, quarantined and read
-as a miss. A hit never touches SQLite: the path follows from the key, and the
-access is recorded in a batch that a background thread flushes.
-
-Why it cannot read outside the cache: an entry path is opened without following
-a symlink and without blocking (a FIFO planted there cannot hang a reader), and
-only a regular file of bounded size is read; anything else at an entry path is
-quarantined like a corrupt file.
-
-Why a local fault never fails a request: the index is an accelerator, so every
-statement on a request's path waits at most ``REQUEST_WAIT`` for a lock, and what
-cannot be written then is deferred to the flusher; a damaged index is rebuilt
-from the files in the background (``repair``) while hits and misses go on.
+The read path (``disk_reads``) verifies every byte and never touches SQLite; the write
+path (``disk_writes``) publishes atomically, first writer wins. This module holds the
+state and the upkeep: opening the folder, the start-up check, the flusher and repairs.
+A local fault never fails a request: the index is an accelerator, every statement on a
+request's path waits at most ``REQUEST_WAIT``, what cannot be written then is deferred
+to the flusher, and a damaged index is rebuilt in the background (``repair``).
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import errno
 import logging
 import os
-import secrets
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..entry import CorruptEntry, Entry, decode
 from ..errors import CacheDirError
 from ..fsmode import private_dirs, write_private
 from . import sessions
+from .absorb import absorb_old_stores
 from .base import OK, TierHealth
-from .entry_files import NotAnEntryFile, read_entry_file
-from .eviction import take_seconds
+from .disk_writes import MAX_DEFERRED_ROWS, DiskWrites
 from .faults import FaultLog
-from .index import REQUEST_WAIT, Index, IndexRow, is_damaged
+from .index import REQUEST_WAIT, Index, IndexRow
 from .index_file import Identity
 from .inline import (
-    FILE_KINDS,
-    InlineDamaged,
     InlineStore,
     InlineUnavailable,
-    record_name,
 )
 from .inline import acquire as acquire_inline
-from .inline import eligible as inline_eligible
 from .inline import release as release_inline
 from .layout import (
     SUBFOLDERS,
     TEMP_PREFIX,
-    entry_file,
-    entry_path,
-    pin_file,
-    suffix_of,
-    write_pin,
 )
-from .lifecycle import entry_stored, reconcile
+from .lifecycle import reconcile
 from .repair import open_index, rebuild_damaged
 from .roles import TierRole
 
@@ -71,10 +49,9 @@ log = logging.getLogger("voxcache.disk")
 T = TypeVar("T")
 
 NETWORK_FILESYSTEMS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afs"}
-MAX_DEFERRED_ROWS = 100_000
 
 
-class DiskTier:
+class DiskTier(DiskWrites):
     """Files plus an SQLite index; eviction and reconciliation live in ``lifecycle``."""
 
     name = "disk"
@@ -113,6 +90,8 @@ class DiskTier:
         self._repairing = threading.Lock()
         self._last_fault: tuple[float, str] | None = None
         self._stop = threading.Event()
+        self._old_stores = not _in_memory(self.index)  # never into a process-private index
+        self._absorb_old_stores()
         self._flusher = threading.Thread(target=self._flush_loop, args=(flush_interval,),
                                          name="voxcache-disk-flush", daemon=True)
         self._flusher.start()
@@ -133,7 +112,7 @@ class DiskTier:
         try:
             needed = self.index.rebuilding() or not self.index.check_pages()
         except sqlite3.Error as exc:
-            self._index_fault("start-up check", exc)
+            self.index_fault("start-up check", exc)
             needed = False
         if needed:
             with self._repairing:
@@ -154,116 +133,11 @@ class DiskTier:
                 report = reconcile(self.root, self.index)
                 sessions.finish_walk(self.root, state)
         except Exception as exc:  # never take the process down over an accelerator
-            self._index_fault("start-up check", exc)
+            self.index_fault("start-up check", exc)
             return
         self.count("folder_walks")
         if any(report.values()):
             log.warning("disk tier: the check repaired the index: %s", report)
-
-    # -- reads -------------------------------------------------------------
-    def get(self, key: str, kind: str = "audio") -> Entry | None:
-        """Return the verified, unexpired entry, or None (anything bad is quarantined)."""
-        entry = self._read(None, key, kind)
-        if entry is None:
-            return None
-        now = self._clock()
-        if entry.header.expired(now):
-            return None
-        self.note_hit(key, now)
-        return entry
-
-    def note_hit(self, key: str, now: float | None = None) -> None:
-        """Count a hit of ``key`` for eviction (flushed in a batch). Hits served from the
-        memory tier are noted here too: a phrase hot in memory must not look cold on disk.
-
-        The lock stays (~0.15 µs): without it a note racing the flusher's swap of
-        ``_pending`` can be lost, and a lock-free queue only moves the same folding to the
-        flusher, unbounded at in-process hit rates."""
-        now = self._clock() if now is None else now
-        with self._pending_lock:
-            pending = self._pending
-            noted = pending.get(key)
-            pending[key] = (1, now) if noted is None else (noted[0] + 1, now)
-
-    def _read(self, path: str | None, key: str, kind: str) -> Entry | None:
-        """The verified entry of (key, kind), inline or in the file at ``path`` (derived
-        from key and kind when None, and only if no record answers), regardless of
-        expiry; None when absent or bad."""
-        store = self._inline
-        if store is not None and kind not in FILE_KINDS:
-            try:
-                blob = store.get(_hit_record_name(key, kind))
-            except InlineDamaged as exc:
-                self._inline_damaged(exc)
-                return None
-            except InlineUnavailable as exc:
-                self.faults.report("inline read", exc, "the inline store cannot answer; "
-                                   "treating it as a miss")
-                blob = None
-            if blob is not None:
-                return self._verified(blob, key, kind, inline=True)
-        if path is None:
-            path = entry_file(self._objects, key, kind)
-        try:
-            blob = read_entry_file(path)
-        except FileNotFoundError:
-            return None
-        except NotAnEntryFile as exc:
-            self.quarantine(key, kind, str(exc))
-            return None
-        except OSError as exc:
-            self.faults.report("read", exc, f"cannot read {path}; treating it as a miss")
-            return None
-        return self._verified(blob, key, kind, inline=False)
-
-    def _verified(self, blob: bytes, key: str, kind: str, *, inline: bool) -> Entry | None:
-        """``decode`` of a stored object; anything it refuses is quarantined (None)."""
-        try:
-            entry = decode(blob, key)
-        except CorruptEntry as exc:
-            self._quarantine_stored(key, kind, blob, str(exc), inline)
-            return None
-        if entry.header.kind != kind:  # a valid entry of another kind planted at this path
-            self._quarantine_stored(key, kind, blob,
-                                    f"holds a {entry.header.kind!r} entry, not {kind!r}", inline)
-            return None
-        return entry
-
-    def _quarantine_stored(self, key: str, kind: str, blob: bytes, reason: str,
-                           inline: bool) -> None:
-        if inline:
-            self.quarantine_record(key, kind, blob, reason)
-        else:
-            self.quarantine(key, kind, reason)
-
-    def read_stored(self, key: str, kind: str = "audio") -> bytes | None:
-        """The stored bytes of (key, kind) as they are — an inline record or the file —
-        unverified, and without counting a hit or moving anything (tools: ``explain``,
-        packs). None when nothing is stored; ``NotAnEntryFile`` for something planted at
-        the path. Callers verify with ``entry.decode``."""
-        if self._inline is not None and kind not in FILE_KINDS:
-            try:
-                blob = self._inline.get(record_name(key, kind))
-            except (InlineDamaged, InlineUnavailable):
-                blob = None
-            if blob is not None:
-                return blob
-        try:
-            return read_entry_file(str(self.path_of(key, kind)))
-        except FileNotFoundError:
-            return None
-
-    def contains(self, key: str, kind: str = "audio") -> bool:
-        """Whether an entry is stored under (key, kind) (unverified: a read may still
-        refuse it)."""
-        if os.path.lexists(self.path_of(key, kind)):
-            return True
-        if self._inline is None or kind in FILE_KINDS:
-            return False
-        try:
-            return self._inline.has(record_name(key, kind))
-        except (InlineDamaged, InlineUnavailable):
-            return False
 
     def health(self) -> TierHealth:
         """``degraded`` while the index is rebuilt or within a minute of a failed write."""
@@ -279,217 +153,9 @@ class DiskTier:
         return {"entries": None if totals is None else totals[1],
                 "bytes": None if totals is None else totals[0]}
 
-    def path_of(self, key: str, kind: str = "audio") -> Path:
-        """Return the file path an entry would have (it may not exist)."""
-        return entry_path(self.root, key, kind)
-
-    def is_pinned(self, key: str) -> bool:
-        """Whether ``key`` carries a pin marker (one stat, no index)."""
-        return os.path.lexists(pin_file(self.root, key))
-
     def owner(self, key: str) -> str | None:
         """The tenant the index says owns ``key`` (None: not indexed, or no index now)."""
         return self._indexed("owner lookup", lambda: self.index.owner(key, REQUEST_WAIT), None)
-
-    # -- writes ------------------------------------------------------------
-    def put(self, entry: Entry, *, tenant: str = "", pinned: bool = False,
-            pin_until: float | None = None) -> Entry | None:
-        """Publish an entry unless a live take of its key is stored (first writer wins);
-        the take stored afterwards — ``entry``, or the earlier writer's — or None if it
-        could not be written (disk full, I/O error). An expired or damaged take is
-        replaced."""
-        return self._put(entry, tenant, pinned, pin_until, force=False)
-
-    def replace(self, entry: Entry, *, tenant: str = "") -> bool:
-        """Store ``entry`` whatever is stored under its key (a process adopting the take
-        the shared tiers published); its row replaces the old one. False if not written."""
-        return self._put(entry, tenant, False, None, force=True) is not None
-
-    def _put(self, entry: Entry, tenant: str, pinned: bool, pin_until: float | None,
-             force: bool) -> Entry | None:
-        header = entry.header
-        path = entry_file(self._objects, header.key, header.kind)
-        try:
-            held = self._store(path, entry, force)
-        except OSError as exc:
-            self.faults.report("write", exc, "a take could not be stored; served without "
-                               "caching")
-            self._last_fault = (time.monotonic(), f"a write failed: {os.strerror(exc.errno)}"
-                                if exc.errno else f"a write failed: {exc}")
-            return None
-        if held is not entry:
-            return held  # another writer's live take: first writer wins
-        meta = header.meta
-        row = IndexRow(
-            key=header.key, kind=header.kind, size=entry.size, created=header.created,
-            expires=header.expires, last_access=self._clock(), hits=0, pinned=pinned,
-            pin_until=pin_until, tenant=tenant or str(meta.get("tenant", "")),
-            engine=str(meta.get("engine", "")), model=str(meta.get("model", "")),
-            voice=str(meta.get("voice") or ""), text=str(meta.get("text", ""))[:200],
-            parent=str(meta.get("parent") or ""), cost=take_seconds(meta))
-        try:
-            self.index.add(row, REQUEST_WAIT, self._still_stored, replace=force)
-        except sqlite3.Error as exc:
-            self._index_fault("write", exc)
-            with self._pending_lock:
-                self._deferred.append(row)
-        if pinned:
-            self._write_pin(header.key, True, pin_until)
-        return entry
-
-    def _still_stored(self, row: IndexRow) -> bool:
-        """Whether ``row``'s entry is stored now (``lifecycle.entry_stored``), asked under
-        the index's write lock before the row goes in: a take removed since it was written
-        (a purge from another process, a quarantine while its row waited) leaves no row."""
-        return entry_stored(self._objects, self._inline, row.key, row.kind)
-
-    def _store(self, path: str, entry: Entry, force: bool) -> Entry:
-        """Publish inline (a small entry of a kind that may be) or as a file; the take held
-        afterwards. Whichever holds a live take of the key first wins (unless ``force``): a
-        file already at the path decides for a small entry, a live record for a large one."""
-        key, kind = entry.header.key, entry.header.kind
-        if self._inline is None or kind in FILE_KINDS:
-            return self._publish(path, entry, force)
-        try:
-            if not inline_eligible(kind, entry.size):
-                if force:  # a record would be read before the file: it must go
-                    self._inline.delete(record_name(key, kind))
-                live = None if force else self._live_record(key, kind)
-                return live if live is not None else self._publish(path, entry, force)
-            if os.path.lexists(path):
-                return self._publish(path, entry, force)
-            kept: list[Entry] = []
-            self._inline.put(record_name(key, kind), entry.blob,
-                             lambda existing: self._keep(existing, key, kind, kept, force))
-            return kept[0] if kept else entry
-        except InlineDamaged as exc:
-            self._inline_damaged(exc)
-        except InlineUnavailable as exc:
-            self.faults.report("inline write", exc, "the inline store cannot take a write; "
-                               "stored as a file")
-        return self._publish(path, entry, force)
-
-    def _live_record(self, key: str, kind: str) -> Entry | None:
-        blob = self._inline.get(record_name(key, kind)) if self._inline else None
-        if blob is None:
-            return None
-        entry = self._verified(blob, key, kind, inline=True)
-        return None if entry is None or entry.header.expired(self._clock()) else entry
-
-    def _keep(self, existing: bytes, key: str, kind: str, kept: list[Entry],
-              force: bool) -> bool:
-        """Inside a write: whether the record already there is a live take to keep (first
-        writer wins; it goes into ``kept``); a damaged one is set aside and replaced."""
-        try:
-            entry = decode(existing, key)
-        except CorruptEntry as exc:
-            self._set_aside(key, kind, existing, str(exc))
-            return False
-        if entry.header.kind != kind:
-            self._set_aside(key, kind, existing, f"holds a {entry.header.kind!r} entry")
-            return False
-        if force or entry.header.expired(self._clock()):
-            return False
-        kept.append(entry)
-        return True
-
-    def _publish(self, path: str, entry: Entry, force: bool = False) -> Entry:
-        """Link a temp copy into place; the take held afterwards: ``entry`` (new, or over an
-        expired or bad file, or over anything with ``force``) or the live take already
-        there (first writer wins)."""
-        folder = os.path.dirname(path)
-        temp = f"{folder}/{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-        try:
-            fd = os.open(temp, flags, 0o600)
-        except FileNotFoundError:  # the key's shard folders do not exist yet
-            private_dirs(folder)
-            fd = os.open(temp, flags, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(entry.blob)
-            if force:
-                os.replace(temp, path)
-                return entry
-            try:
-                os.link(temp, path)
-                return entry
-            except FileExistsError:
-                pass
-            key, kind = entry.header.key, entry.header.kind
-            existing = self._read(path, key, kind)  # a bad one is quarantined here
-            if existing is not None and not existing.header.expired(self._clock()):
-                return existing
-            if existing is not None:
-                os.replace(temp, path)  # an expired take gives way to the new one
-                return entry
-            try:
-                os.link(temp, path)
-            except FileExistsError:  # another writer filled the freed name first
-                again = self._read(path, key, kind)
-                return again if again is not None else entry
-            return entry
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-
-    def pin(self, key: str, pinned: bool = True, until: float | None = None) -> bool:
-        """Pin (never evict, optionally until a time) or unpin; False if not stored."""
-        try:
-            indexed = self.index.set_pin(key, pinned, until, REQUEST_WAIT)
-        except sqlite3.Error as exc:
-            self._index_fault("pin", exc)
-            with self._pending_lock:
-                self._deferred_pins[key] = (pinned, until)
-            indexed = False
-        with self._pending_lock:
-            deferred = any(row.key == key for row in self._deferred)
-            if deferred:
-                self._deferred_pins[key] = (pinned, until)
-        if not (indexed or deferred or os.path.lexists(self.path_of(key))):
-            return False
-        return self._write_pin(key, pinned, until)
-
-    def _write_pin(self, key: str, pinned: bool, until: float | None) -> bool:
-        try:
-            write_pin(self.root, key, pinned, until)
-        except OSError as exc:
-            self.faults.report("pin", exc, "a pin marker could not be written")
-            return False
-        return True
-
-    def delete(self, key: str, kind: str = "audio") -> bool:
-        """Remove an entry, then its row. Entry first: a folder walk running meanwhile
-        either still finds the row (and leaves it to this) or no longer finds the entry;
-        row first would let it index the file this is about to unlink. A row still waiting
-        to be written (deferred) is forgotten before anything else, for the same reason."""
-        with self._pending_lock:
-            self._deferred = collections.deque((r for r in self._deferred if r.key != key),
-                                               maxlen=MAX_DEFERRED_ROWS)
-        with contextlib.suppress(OSError):
-            write_pin(self.root, key, False, None)
-        removed = self._drop_record(key, kind)
-        try:
-            entry_path(self.root, key, kind).unlink()
-            removed = True
-        except FileNotFoundError:
-            pass
-        except IsADirectoryError:
-            self.quarantine(key, kind, "a folder at an entry path")
-            removed = True
-        self._indexed("delete", lambda: self.index.remove([key], REQUEST_WAIT), 0)
-        return removed
-
-    def _drop_record(self, key: str, kind: str) -> bool:
-        if self._inline is None or kind in FILE_KINDS:
-            return False
-        try:
-            return self._inline.delete(record_name(key, kind))
-        except InlineDamaged as exc:
-            self._inline_damaged(exc)
-        except InlineUnavailable as exc:
-            self.faults.report("inline write", exc, "an inline entry could not be deleted")
-        return False
 
     def totals(self) -> tuple[int, int] | None:
         """(bytes, entries) stored, or None while the index cannot say."""
@@ -510,76 +176,6 @@ class DiskTier:
         """(key, kind) of the stored entries derived from ``key`` (encoded deliveries)."""
         return self._indexed("children lookup", lambda: self.index.children(key, REQUEST_WAIT),
                              [])
-
-    def quarantine(self, key: str, kind: str, reason: str) -> None:
-        """Move a bad file aside for inspection, drop its row and count it."""
-        src = entry_path(self.root, key, kind)
-        dest = self.root / "quarantine" / f"{src.name}.{int(self._clock())}-{secrets.token_hex(3)}"
-        try:
-            os.replace(src, dest)
-            log.warning("disk tier: quarantined %s: %s", key, reason)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:  # cannot move it: at least never serve it
-            self.faults.report("quarantine", exc, f"could not quarantine {key}")
-        self._indexed("quarantine", lambda: self.index.remove([key], REQUEST_WAIT), 0)
-        self.count("corruptions")
-
-    def quarantine_record(self, key: str, kind: str, blob: bytes, reason: str) -> None:
-        """An inline record that failed verification: its bytes to ``quarantine/``, the
-        record (if it still holds those bytes) and its row dropped, counted."""
-        self._set_aside(key, kind, blob, reason)
-        if self._inline is not None:
-            try:
-                self._inline.delete(record_name(key, kind), lambda current: current == blob)
-            except (InlineDamaged, InlineUnavailable) as exc:
-                self.faults.report("quarantine", exc, f"could not drop {key} from the inline "
-                                   "store")
-        self._indexed("quarantine", lambda: self.index.remove([key], REQUEST_WAIT), 0)
-
-    def _set_aside(self, key: str, kind: str, blob: bytes, reason: str) -> None:
-        name = f"{key}{suffix_of(kind)}.inline.{int(self._clock())}-{secrets.token_hex(3)}"
-        try:
-            write_private(self.root / "quarantine" / name, blob)
-        except OSError as exc:
-            self.faults.report("quarantine", exc, f"could not keep {key}'s bad bytes")
-        log.warning("disk tier: quarantined inline entry %s: %s", key, reason)
-        self.count("corruptions")
-
-    def _inline_damaged(self, exc: Exception) -> None:
-        """LMDB reported damage: an empty store takes its place, and a walk in the
-        background drops the index rows of the entries that went with it."""
-        self.faults.report("inline store", exc, "the inline store is damaged; replaced by "
-                           "an empty one")
-        self.count("corruptions")
-        store = self._inline
-        if store is None:
-            return
-        sessions.mark_unchecked(self.root)
-        try:
-            store.replace_damaged(str(exc))
-        except (OSError, InlineUnavailable) as again:
-            self.faults.report("inline store", again, "the damaged inline store could not "
-                               "be replaced; small entries go to files")
-            self._inline = None
-            release_inline(store)
-        threading.Thread(target=self._walk, args=("the inline store was damaged",),
-                         name="voxcache-disk-check", daemon=True).start()
-
-    # -- the index, failing open -------------------------------------------------------
-    def _indexed(self, what: str, call: Callable[[], T], default: T) -> T:
-        """Run an index statement; on any SQLite failure count it, log it once per cause,
-        start a rebuild when the file is damaged, and carry on with ``default``."""
-        try:
-            return call()
-        except sqlite3.Error as exc:
-            self._index_fault(what, exc)
-            return default
-
-    def _index_fault(self, what: str, exc: BaseException) -> None:
-        self.faults.report("index", exc, f"index {what} failed; serving on without it")
-        if is_damaged(exc):
-            self.start_repair()
 
     def start_repair(self, known: tuple[Identity | None, str] | None = None) -> bool:
         """Rebuild a damaged index in the background (once at a time); True if started.
@@ -627,14 +223,22 @@ class DiskTier:
             self._rebuild(check_pages=False)
 
     # -- bookkeeping ---------------------------------------------------------
-    def count(self, name: str, delta: int = 1) -> None:
-        """Add to a persisted counter (written with the next flush)."""
-        with self._pending_lock:
-            self._counters[name] = self._counters.get(name, 0) + delta
+    def _absorb_old_stores(self) -> None:
+        """Move the folder's old store files into the index (``tiers.absorb``); one that
+        cannot be moved now (the index locked, the folder read-only) is tried each flush."""
+        if not self._old_stores:
+            return
+        try:
+            self._old_stores = not absorb_old_stores(self.root, self.index)
+        except (sqlite3.Error, OSError) as exc:
+            self.index_fault("absorbing the old stores", exc)
 
-    def flush(self) -> None:
-        """Write batched accesses, counters and deferred rows to the index."""
+    def flush(self, wait: float | None = None) -> None:
+        """Write batched accesses, counters and deferred rows to the index, waiting at most
+        ``wait`` for another process's lock (``REQUEST_WAIT`` on a scrape); what cannot be
+        written then is kept for the next flush."""
         self._indexed("check", self._watch_index, None)
+        self._absorb_old_stores()
         if self._inline is not None:
             try:
                 self._inline.maintain()
@@ -648,14 +252,14 @@ class DiskTier:
             self._deferred_pins = {}
         try:
             if deferred:
-                self.index.add_many(deferred, stored=self._still_stored)
+                self.index.add_many(deferred, wait, stored=self._still_stored)
             for key, (pinned, until) in pins.items():
-                self.index.set_pin(key, pinned, until)
+                self.index.set_pin(key, pinned, until, wait)
             if pending:
-                self.index.record_access(pending)
-            self.index.add_counters(counters)
+                self.index.record_access(pending, wait)
+            self.index.add_counters(counters, wait)
         except sqlite3.Error as exc:  # the index is an accelerator: keep it for the next try
-            self._index_fault("flush", exc)
+            self.index_fault("flush", exc)
             with self._pending_lock:
                 for name, delta in counters.items():
                     self._counters[name] = self._counters.get(name, 0) + delta
@@ -708,9 +312,6 @@ def _prepare_root(root: Path) -> None:
         ) from None
 
 
-_hit_record_name = lru_cache(maxsize=4096)(record_name)
-"""``record_name`` for the hit path: the name of a key read again is built once (~0.07 µs
-from the cache against ~0.18 µs for ``bytes.fromhex`` and the suffix)."""
 
 
 def _in_memory(index: Index) -> bool:

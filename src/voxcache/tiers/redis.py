@@ -9,12 +9,7 @@ fails (flipped bits, another key's entry, another kind, garbage, a pointer to an
 object that is gone or was replaced) is a miss, counted, and removed with a
 compare-and-delete so a good value written meanwhile is never the one removed.
 
-Key schema (the hash tag ``{<key>}`` puts every Redis key of one entry in one
-cluster slot, so an entry and its lease can be used together in a script)::
-
-    <prefix>{<key>}:entry:<kind>    the entry (inline) or a pointer to its object
-    <prefix>{<key>}:lease           the render lease (see ``RedisKeys.lease``)
-
+Key names and URL options are ``redis_keys``'s; the pointer format ``redis_pointers``'s.
 Expiry: ``SET … PX`` from the envelope's ``expires``; a read also checks the
 envelope (node clocks differ). First writer wins: ``SET NX GET`` answers the value
 already there, which is kept when it verifies and replaced when it does not.
@@ -30,16 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import math
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from redis import Redis
 from redis.backoff import ExponentialWithJitterBackoff
@@ -52,53 +43,34 @@ from redis.exceptions import (
 )
 from redis.retry import Retry
 
-from ..entry import CorruptEntry, Entry, blob_entry, decode
+from ..entry import CorruptEntry, Entry, decode
 from ..errors import InvalidParameter, TierUnavailable
 from .base import OK, TierHealth
 from .faults import FaultLog
+from .redis_keys import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_INLINE_LIMIT,
+    DEFAULT_PREFIX,
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT,
+    PREFIX,
+    RedisKeys,
+    parse_url,
+)
+from .redis_pointers import POINTER_KIND, pointer_blob, pointer_ref, points_to
 from .remote import Counters, ObjectRef, ObjectStore, blob_digest, redacted, valid_name
 
-log = logging.getLogger("voxcache.redis")
+__all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_INLINE_LIMIT", "DEFAULT_PREFIX",
+           "DEFAULT_RETRIES", "DEFAULT_TIMEOUT", "POINTER_KIND", "RedisKeys", "RedisTier",
+           "pointer_blob"]
 
-POINTER_KIND = "pointer"
-POINTER_TYPE = "application/vnd.voxcache.pointer+json"
-DEFAULT_PREFIX = "vxc:"
-DEFAULT_INLINE_LIMIT = 256 * 1024
-DEFAULT_TIMEOUT = 0.5
-DEFAULT_CONNECT_TIMEOUT = 0.25
-DEFAULT_RETRIES = 1
-SCHEMES = {"redis": ("redis", False), "rediss": ("rediss", False),
-           "redis+cluster": ("redis", True), "rediss+cluster": ("rediss", True)}
-"""URL scheme → (redis-py's scheme, whether the server is a Redis Cluster)."""
-OPTIONS = {"prefix": str, "inline_limit": int, "timeout": float, "connect_timeout": float,
-           "retries": int}
-"""Query parameters voxcache reads from a Redis URL (any other is refused)."""
-_PREFIX = re.compile(r"[A-Za-z0-9:_./-]{0,64}")
+log = logging.getLogger("voxcache.redis")
 
 _COMPARE_AND_DELETE = """
 local value = redis.call('GET', KEYS[1])
 if value and redis.sha1hex(value) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
-
-
-@dataclass(frozen=True, slots=True)
-class RedisKeys:
-    """The Redis key names of one deployment (everything under ``prefix``)."""
-
-    prefix: str = DEFAULT_PREFIX
-
-    def entry(self, key: str, kind: str) -> str:
-        """Where the entry (or its pointer) of ``key`` and ``kind`` is stored."""
-        return f"{self.prefix}{{{key}}}:entry:{kind}"
-
-    def entries(self, key: str) -> str:
-        """A SCAN pattern matching every kind stored for ``key``."""
-        return f"{self.prefix}{{{key}}}:entry:*"
-
-    def lease(self, key: str) -> str:
-        """The render lease of ``key`` (same slot as its entries)."""
-        return f"{self.prefix}{{{key}}}:lease"
 
 
 NO_SLOTS = ("the cluster is not ready: no master holds any hash slot yet (a new cluster "
@@ -117,7 +89,7 @@ class RedisTier:
                  prefix: str = DEFAULT_PREFIX, inline_limit: int = DEFAULT_INLINE_LIMIT,
                  object_store: ObjectStore | None = None,
                  clock: Callable[[], float] = time.time) -> None:
-        if not _PREFIX.fullmatch(prefix):
+        if not PREFIX.fullmatch(prefix):
             raise InvalidParameter(
                 f"Redis key prefix {prefix!r} is not allowed: use up to 64 letters, digits "
                 "and ':_./-' (no braces: they would change the cluster hash slot)")
@@ -142,7 +114,7 @@ class RedisTier:
         ``redis+cluster://host:port`` (any node of a Redis Cluster; ``rediss+cluster`` with
         TLS). Query parameters (or keyword options, which win) set ``prefix``,
         ``inline_limit``, ``timeout``, ``connect_timeout`` and ``retries``."""
-        target, cluster, settings = _parse_url(url, options)
+        target, cluster, settings = parse_url(url, options)
         client_options = {
             "socket_timeout": settings.pop("timeout", DEFAULT_TIMEOUT),
             "socket_connect_timeout": settings.pop("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
@@ -214,7 +186,7 @@ class RedisTier:
             self.counters.count("pointers_without_store")
             return None
         try:
-            ref = _pointer_ref(pointer, kind, store.object_name(key, kind))
+            ref = pointer_ref(pointer, kind, store.object_name(key, kind))
         except CorruptEntry as exc:
             self._discard(name, value, "corruptions", str(exc))
             return None
@@ -253,7 +225,7 @@ class RedisTier:
         held = self._store(name, value, key, kind, self._ttl_ms(entry.header.expires))
         if held is None:
             return None
-        if held == value and (value is entry.blob or _points_to(value, entry)):
+        if held == value and (value is entry.blob or points_to(value, entry)):
             return entry  # our take, inline or in the object tier
         return self._verified(name, held, key, kind)  # the first writer's take
 
@@ -434,80 +406,3 @@ class RedisTier:
             client.close()
 
 
-def pointer_blob(entry: Entry, ref: ObjectRef) -> bytes:
-    """The verified pointer record for ``entry`` stored as ``ref`` (expiring with it)."""
-    header = entry.header
-    record = {"kind": header.kind, "object": ref.name, "size": ref.size, "xxh3": ref.digest}
-    payload = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
-    ttl = None if header.expires is None else header.expires - header.created
-    return blob_entry(header.key, POINTER_KIND, payload, POINTER_TYPE, ttl=ttl,
-                      now=header.created).blob
-
-
-def _points_to(value: bytes, entry: Entry) -> bool:
-    """Whether a pointer value we built names ``entry``'s own bytes (not an earlier
-    writer's object)."""
-    record = json.loads(bytes(decode(value, entry.header.key).payload))
-    return bool(record.get("xxh3") == blob_digest(entry.blob))
-
-
-def _pointer_ref(pointer: Entry, kind: str, expected_object: str) -> ObjectRef:
-    """The object a verified pointer names; ``CorruptEntry`` unless it names exactly the
-    object where ``kind`` belongs (a pointer cannot send a read anywhere else)."""
-    try:
-        record = json.loads(bytes(pointer.payload))
-        ref = ObjectRef(record["object"], record["size"], record["xxh3"])
-        pointed_kind = record["kind"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CorruptEntry(f"pointer unreadable: {exc}") from None
-    if pointed_kind != kind or ref.name != expected_object:
-        raise CorruptEntry(f"pointer names {ref.name!r} ({pointed_kind!r}), not "
-                           f"{expected_object!r}")
-    if not isinstance(ref.size, int) or not isinstance(ref.digest, str):
-        raise CorruptEntry("pointer size or digest malformed")
-    return ref
-
-
-def _parse_url(url: str, options: dict[str, Any]) -> tuple[str, bool, dict[str, Any]]:
-    """(redis-py URL, cluster?, voxcache settings) from a tier URL and keyword options."""
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
-    except ValueError as exc:
-        raise InvalidParameter(f"Redis URL {redacted(url)!r} is malformed: {exc}") from None
-    if parts.scheme not in SCHEMES:
-        raise InvalidParameter(
-            f"Redis URL {redacted(url)!r}: scheme must be one of "
-            f"{', '.join(s + '://' for s in SCHEMES)}")
-    scheme, cluster = SCHEMES[parts.scheme]
-    if not parts.hostname:
-        raise InvalidParameter(f"Redis URL {redacted(url)!r} names no host, e.g. "
-                               "redis://127.0.0.1:6379/0")
-    db = parts.path.strip("/")
-    if db and not db.isdigit() or cluster and db not in ("", "0"):
-        raise InvalidParameter(
-            f"Redis URL {redacted(url)!r}: the path is a database number (/0)"
-            + ("; a Redis Cluster has only database 0" if cluster else ""))
-    settings: dict[str, Any] = {}
-    for name, raw in parse_qsl(parts.query, keep_blank_values=True):
-        settings[name] = _option(name, raw, url)
-    for name, value in options.items():
-        settings[name] = _option(name, value, url)
-    target = urlunsplit((scheme, parts.netloc, "" if cluster else f"/{db or 0}", "", ""))
-    return target, cluster, settings
-
-
-def _option(name: str, value: Any, url: str) -> Any:
-    if name not in OPTIONS:
-        raise InvalidParameter(f"Redis URL {redacted(url)!r}: unknown option {name!r}; "
-                               f"known: {', '.join(OPTIONS)}")
-    kind = OPTIONS[name]
-    try:
-        converted = kind(value)
-    except (TypeError, ValueError):
-        raise InvalidParameter(f"Redis option {name}={value!r} must be a "
-                               f"{kind.__name__}") from None
-    if kind is not str and (not math.isfinite(converted) or converted < 0
-                            or (name.endswith("timeout") and converted == 0)):
-        raise InvalidParameter(f"Redis option {name}={value!r} must be a positive number")
-    return converted
