@@ -349,14 +349,14 @@ def test_a_store_from_a_boot_that_crashed_is_not_trusted(cache_dir):
     use, and the store (no fsync) may be torn. It is set aside; its rows are dropped."""
     fill(cache_dir, 5)
     (cache_dir / inline.FOLDER / inline.BOOT_MARK).write_text("an-earlier-boot")
-    from voxcache.tiers import sessions
+    from voxcache.tiers import openers
 
     record = {"pid": 4242, "boot": "an-earlier-boot", "started": "1", "unclean": False,
               "host": os.uname().nodename}
     import json
 
     (cache_dir / "sessions" / "4242-0ld.json").write_text(json.dumps(record))
-    assert sessions.start_state(cache_dir).rebooted
+    assert openers.start_state(cache_dir).rebooted
     cache = Cache(cache_dir)
     cache.disk.startup_check.join(60)
     assert cache.get(f"{1:064x}", "encoded") is None

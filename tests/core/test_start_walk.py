@@ -389,10 +389,10 @@ def write_record(root: Path, name: str, **fields: object) -> Path:
 
 
 def my_identity() -> dict[str, object]:
-    from voxcache.tiers import sessions
+    from voxcache.tiers import openers
 
-    return {"pid": os.getpid(), "boot": sessions.boot_id(),
-            "started": sessions.start_time(os.getpid()), "host": os.uname().nodename,
+    return {"pid": os.getpid(), "boot": openers.boot_id(),
+            "started": openers.start_time(os.getpid()), "host": os.uname().nodename,
             "unclean": False}
 
 

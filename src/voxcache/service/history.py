@@ -40,7 +40,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..tiers.index import Index, is_damaged
-from ..tiers.sessions import alive
+from ..tiers.openers import alive
 
 RETIRED = "retired"
 """The worker row that keeps the totals of workers that have exited."""

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from ..errors import CacheDirError
 from ..fsmode import private_dirs, write_private
-from . import sessions
+from . import openers
 from .absorb import absorb_old_stores
 from .base import OK, TierHealth
 from .disk_writes import MAX_DEFERRED_ROWS, DiskWrites
@@ -71,15 +71,15 @@ class DiskTier(DiskWrites):
         refuse_network_filesystem(self.root)  # before anything is made there
         # Then, before anything here can leave a temp file: this process's session
         # record (a crash from now on makes the next start walk the folder).
-        self.session, self.start_state = sessions.begin(self.root)
+        self.session, self.start_state = openers.begin(self.root)
         self._inline: InlineStore | None = None
         try:
             _prepare_root(self.root)
             # Before the index: rebuilding one reads the store, which must be trusted first.
             self._inline = acquire_inline(self.root, distrust=self.start_state.rebooted)
             if self._inline is not None and self._inline.set_aside is not None:
-                sessions.mark_unchecked(self.root)  # its entries' rows must go: walk
-                self.start_state = sessions.start_state(self.root)
+                openers.mark_unchecked(self.root)  # its entries' rows must go: walk
+                self.start_state = openers.start_state(self.root)
             self.index = open_index(self.root, new_folder=self.start_state.new)
         except BaseException:
             if self._inline is not None:
@@ -124,14 +124,14 @@ class DiskTier(DiskWrites):
         """Reconcile the index with what is stored, once per folder at a time (another
         process may have walked while this one waited: then there is nothing left to do)."""
         try:
-            with sessions.walk_lock(self.root):
-                state = sessions.start_state(self.root, because)
+            with openers.walk_lock(self.root):
+                state = openers.start_state(self.root, because)
                 if state.walk_reason is None:
                     return
                 self.walk_reason = state.walk_reason
                 log.info("disk tier: checking the folder (%s)", state.walk_reason)
                 report = reconcile(self.root, self.index)
-                sessions.finish_walk(self.root, state)
+                openers.finish_walk(self.root, state)
         except Exception as exc:  # never take the process down over an accelerator
             self.index_fault("start-up check", exc)
             return

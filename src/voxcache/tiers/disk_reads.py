@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from ..entry import CorruptEntry, Entry, decode
 from ..fsmode import write_private
-from . import sessions
+from . import openers
 from .entry_files import NotAnEntryFile, read_entry_file
 from .faults import FaultLog
 from .index import REQUEST_WAIT, Index, is_damaged
@@ -208,7 +208,7 @@ class DiskReads:
         store = self._inline
         if store is None:
             return
-        sessions.mark_unchecked(self.root)
+        openers.mark_unchecked(self.root)
         try:
             store.replace_damaged(str(exc))
         except (OSError, InlineUnavailable) as again:

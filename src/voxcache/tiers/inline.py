@@ -67,7 +67,7 @@ import lmdb
 from ..entry import CorruptEntry, decode
 from ..fsmode import FILE_MODE, locked, private_dirs, write_private
 from .layout import suffix_of
-from .sessions import boot_id
+from .openers import boot_id
 
 log = logging.getLogger("voxcache.disk")
 

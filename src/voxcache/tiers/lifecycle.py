@@ -36,7 +36,7 @@ from .layout import (
     read_pin,
     write_pin,
 )
-from .sessions import alive
+from .openers import alive
 
 log = logging.getLogger("voxcache.lifecycle")
 

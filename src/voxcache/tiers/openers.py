@@ -1,4 +1,4 @@
-"""Who has a cache folder open, so that a start can tell a clean history from a crash.
+"""Who has a cache folder open (``sessions/`` records): a start tells a clean stop from a crash.
 
 The start-up check (``lifecycle.reconcile``: sweep temp and lock files, add rows for
 unindexed files, drop rows without files) repairs what a process that died mid-write
