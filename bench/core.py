@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .trials import Summary
+
 
 @dataclass(frozen=True, slots=True)
 class Stats:
@@ -92,6 +94,8 @@ class Context:
     shared: dict[str, Any] = field(default_factory=dict)
     """Measurements one benchmark hands to a later one (e.g. Piper seconds per character)."""
     current: str = ""
+    repeat: int = 5
+    """Rounds of every interleaved headline ratio (``--repeat``; a CI smoke run keeps 1–2)."""
 
     def pick(self, quick: Any, full: Any) -> Any:
         """Return the quick or the full setting."""
@@ -104,6 +108,10 @@ class Context:
         table = Table(self.current, name, title, cols, rows, list(notes or []))
         self.tables.append(table)
         return table
+
+    def trials(self, name: str, summary: Summary, detail: str) -> None:
+        """Record a headline ratio measured as interleaved trials (``bench.trials``)."""
+        self.headline[name] = {**summary.record(), "detail": detail}
 
     def note(self, text: str) -> None:
         """Record a note for the current benchmark (skips, caveats)."""

@@ -9,7 +9,9 @@ two cores with the servers, as a client on the same host would.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -19,8 +21,8 @@ from typing import Any
 
 from voxcache.cache import Cache
 
-from . import plots, servers
-from .core import Context, ratio
+from . import plots, servers, trials
+from .core import Context
 from .fixtures import entry_of_size
 
 NAME = "http"
@@ -33,16 +35,24 @@ KEY = "5" * 64
 SPEECH_TEXT = " ".join(["Thank you for calling. All of our agents are busy right now."] * 26)
 """~1,560 characters: the tone engine renders about 500 KB of audio for it."""
 _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+_CPUS = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+SERVER_CPUS: set[int] | None = set(_CPUS[:-1]) if len(_CPUS) >= 2 else None
+"""The servers share every CPU but the last; wrk gets the last one to itself, so the client
+never takes a server's time (on 2 cores: servers on CPU 0, wrk on CPU 1)."""
+WRK_CPUS: set[int] | None = {_CPUS[-1]} if len(_CPUS) >= 2 else None
+WORKERS = max(1, len(SERVER_CPUS or _CPUS or [0, 1]))
+"""Server worker processes: one per server CPU."""
 
 
 def wrk(url: str, connections: int, seconds: float, script: Path | None = None) -> dict[str, float]:
-    """Run wrk with keep-alive; return requests/s and the median and p99 latency (s)."""
+    """Run wrk with keep-alive (pinned to ``WRK_CPUS``); return requests/s and the median
+    and p99 latency (s)."""
     command = ["wrk", "-t", str(min(2, connections)), "-c", str(connections), "-d",
                f"{seconds}s", "--latency", "--timeout", "10s"]
     if script is not None:
         command += ["-s", str(script)]
     out = subprocess.run([*command, url], capture_output=True, text=True, timeout=seconds + 60,
-                         check=True).stdout
+                         check=True, preexec_fn=servers.pinned(WRK_CPUS)).stdout
     latency = {m.group(1): float(m.group(2)) * _UNITS[m.group(3)]
                for m in re.finditer(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)}
     rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
@@ -82,8 +92,9 @@ def prepare(ctx: Context) -> tuple[Path, bytes]:
 
 
 def measure(ctx: Context, name: str, url: str, script: Path | None = None) -> list[dict[str, Any]]:
-    """wrk at every connection count against one subject."""
-    seconds = ctx.pick(1, 8)
+    """One wrk run at every connection count against one subject (the table; the headline
+    ratios are interleaved trials, below)."""
+    seconds = ctx.pick(1, 3)
     rows = []
     for c in CONNECTIONS:
         r = wrk(url, c, seconds, script)
@@ -93,38 +104,59 @@ def measure(ctx: Context, name: str, url: str, script: Path | None = None) -> li
     return rows
 
 
+NGINX = "nginx (docs/nginx.conf, sendfile)"
+BARE = "bare ASGI app (uvicorn, bytes from memory)"
+BARE_POST = "bare ASGI app, POST (reads the body, same bytes back)"
+GET = "voxcache serve: GET /v1/audio/{key}"
+POST = "voxcache serve: POST /v1/audio/speech"
+RATIOS = (("HTTP hit throughput ÷ nginx (GET, 64 conn)", GET, NGINX, 64),
+          ("HTTP hit throughput ÷ bare ASGI (GET, 64 conn)", GET, BARE, 64),
+          ("HTTP hit throughput ÷ bare ASGI (POST, 64 conn)", POST, BARE, 64),
+          ("POST hit ÷ bare ASGI app answering the same POST (8 conn)", POST, BARE_POST, 8),
+          ("POST hit ÷ bare ASGI app answering the same POST (64 conn)", POST, BARE_POST, 64))
+"""The headline ratios: (name, subject, baseline, connections), subject ÷ baseline req/s."""
+
+
 def run(ctx: Context) -> None:
-    """nginx first (the limit), then voxcache serve's GET and POST paths."""
+    """Every server up at once (pinned), a table of single runs, then the headline ratios as
+    interleaved wrk trials."""
     if shutil.which("wrk") is None:
         ctx.note("wrk is not installed (Debian: apt-get install wrk); HTTP benchmark skipped")
         return
     root, blob = prepare(ctx)
-    rows: list[dict[str, Any]] = []
-    try:
-        with servers.nginx(root, ctx.scratch("nginx")) as base:
+    subjects: dict[str, tuple[str, Path | None]] = {}
+    with contextlib.ExitStack() as stack:
+        try:
+            base = stack.enter_context(servers.nginx(root, ctx.scratch("nginx"), WORKERS,
+                                                     SERVER_CPUS))
             status, body, headers = fetch(f"{base}/v1/audio/{KEY}")
             assert status == 200 and body == blob, "nginx snippet did not serve the stored take"
-            rows += measure(ctx, "nginx (docs/nginx.conf, sendfile)", f"{base}/v1/audio/{KEY}")
-    except FileNotFoundError as exc:
-        ctx.note(f"{exc}; the nginx baseline is missing")
-    if servers.serve_available():  # uvicorn is there: measure the Python limit too
-        stored = next((root / "objects").rglob(f"{KEY}.wav"))
-        with servers.bare_asgi(stored, 2, ctx.scratch("bare") / "bare.log") as base:
-            rows += measure(ctx, "bare ASGI app (uvicorn, bytes from memory)", f"{base}/")
+            subjects[NGINX] = (f"{base}/v1/audio/{KEY}", None)
+        except FileNotFoundError as exc:
+            ctx.note(f"{exc}; the nginx baseline is missing")
+        if servers.serve_available():  # uvicorn is there: measure the Python limit too
+            stored = next((root / "objects").rglob(f"{KEY}.wav"))
+            base = stack.enter_context(servers.bare_asgi(
+                stored, WORKERS, ctx.scratch("bare") / "bare.log", SERVER_CPUS))
+            subjects[BARE] = (f"{base}/", None)
             # the same wrk POST (request line, headers, a body to read) the speech route gets
-            rows += measure(ctx, "bare ASGI app, POST (reads the body, same bytes back)",
-                            f"{base}/", post_script(ctx.scratch("wrk-bare")))
-    if not servers.serve_available():
-        ctx.note("`voxcache serve` is not available in this checkout (service not built, or "
-                 "the [service] extra is missing); only nginx was measured")
-    else:
-        rows += measure_voxcache(ctx, root, blob)
-    if not rows:
-        return
-    ctx.table("http", f"HTTP hits, {len(blob) / 1000:.0f} KB WAV, keep-alive (wrk)", rows,
-              notes=["nginx: 2 worker processes; voxcache serve and the bare ASGI app: 2 uvicorn "
-                     "workers; wrk: up to 2 threads; all on the same 2 cores."])
-    headline(ctx, rows)
+            subjects[BARE_POST] = (f"{base}/", post_script(ctx.scratch("wrk-bare")))
+            subjects.update(start_voxcache(ctx, stack, root, blob))
+        else:
+            ctx.note("`voxcache serve` is not available in this checkout (service not built, "
+                     "or the [service] extra is missing); only nginx was measured")
+        rows = [row for name, (url, script) in subjects.items()
+                for row in measure(ctx, name, url, script)]
+        if not rows:
+            return
+        pinning = (f"servers pinned to CPU {sorted(SERVER_CPUS)}, wrk to CPU "
+                   f"{sorted(WRK_CPUS or [])}" if SERVER_CPUS else "nothing pinned (one CPU)")
+        ctx.table("http", f"HTTP hits, {len(blob) / 1000:.0f} KB WAV, keep-alive (wrk, one "
+                  "run each)", rows,
+                  notes=[f"nginx, voxcache serve and the bare ASGI app: {WORKERS} worker "
+                         f"process(es) each; wrk: up to 2 threads; {pinning}. The headline "
+                         "ratios are interleaved trials, not these single runs."])
+        headline(ctx, subjects)
     servers_seen = list(dict.fromkeys(r["server"] for r in rows))
     ctx.plot("throughput", plots.grouped_bars(
         [f"{c} conn" for c in CONNECTIONS],
@@ -132,53 +164,53 @@ def run(ctx: Context) -> None:
         "requests/s (log)", "HTTP hit throughput, ~500 KB clip"))
 
 
-def measure_voxcache(ctx: Context, root: Path, blob: bytes) -> list[dict[str, Any]]:
-    """voxcache serve (2 workers, tone engine) on the same folder: GET by key and POST."""
-    rows: list[dict[str, Any]] = []
-    with servers.voxcache_serve(root, 2, ctx.scratch("serve") / "serve.log") as base:
-        status, body, _ = fetch(f"{base}/v1/audio/{KEY}")
-        if status != 200 or body != blob:
-            ctx.note(f"GET /v1/audio/KEY answered {status} with {len(body)} bytes; skipped")
-        else:
-            rows += measure(ctx, "voxcache serve: GET /v1/audio/{key}", f"{base}/v1/audio/{KEY}")
-        script = post_script(ctx.scratch("wrk"))
-        speech = json.dumps({"model": "tone", "input": SPEECH_TEXT,
-                             "response_format": "wav"}).encode()
-        for _ in range(2):  # the first renders (a miss); every later one is a hit
-            status, body, headers = fetch(f"{base}/v1/audio/speech", speech)
-        cache_header = {k.lower(): v for k, v in headers.items()}.get("x-cache", "?")
-        if status != 200 or cache_header.upper() != "HIT":
-            ctx.note(f"POST /v1/audio/speech answered {status}, X-Cache {cache_header}; skipped")
-        else:
-            rows += measure(ctx, f"voxcache serve: POST /v1/audio/speech ({len(body) // 1000} KB)",
-                            f"{base}/v1/audio/speech", script)
-    return rows
+def start_voxcache(ctx: Context, stack: contextlib.ExitStack, root: Path, blob: bytes
+                   ) -> dict[str, tuple[str, Path | None]]:
+    """voxcache serve (tone engine) on the same folder, checked: GET by key and a POST hit."""
+    subjects: dict[str, tuple[str, Path | None]] = {}
+    base = stack.enter_context(servers.voxcache_serve(
+        root, WORKERS, ctx.scratch("serve") / "serve.log", SERVER_CPUS))
+    status, body, _ = fetch(f"{base}/v1/audio/{KEY}")
+    if status != 200 or body != blob:
+        ctx.note(f"GET /v1/audio/KEY answered {status} with {len(body)} bytes; skipped")
+    else:
+        subjects[GET] = (f"{base}/v1/audio/{KEY}", None)
+    speech = json.dumps({"model": "tone", "input": SPEECH_TEXT,
+                         "response_format": "wav"}).encode()
+    for _ in range(2):  # the first renders (a miss); every later one is a hit
+        status, body, headers = fetch(f"{base}/v1/audio/speech", speech)
+    cache_header = {k.lower(): v for k, v in headers.items()}.get("x-cache", "?")
+    if status != 200 or cache_header.upper() != "HIT":
+        ctx.note(f"POST /v1/audio/speech answered {status}, X-Cache {cache_header}; skipped")
+    else:
+        subjects[POST] = (f"{base}/v1/audio/speech", post_script(ctx.scratch("wrk")))
+    return subjects
 
 
-def headline(ctx: Context, rows: list[dict[str, Any]]) -> None:
-    """HTTP hit throughput ÷ nginx and ÷ the bare ASGI app at 64 connections, and the
-    POST hit ÷ the bare app answering the same POST at 8 and 64 (issue 15's measure)."""
-    at = {r["server"]: r for r in rows if r["connections"] == CONNECTIONS[-1]}
-    for prefix, limit in (("nginx", "nginx"), ("bare ASGI app (", "bare ASGI")):
-        base = next((r for s, r in at.items() if s.startswith(prefix)), None)
-        if base is None:
+def headline(ctx: Context, subjects: dict[str, tuple[str, Path | None]]) -> None:
+    """Each ratio as ``ctx.repeat`` interleaved rounds of wrk trials (one warm-up round
+    excluded): subject and baseline take turns, so a noisy neighbour costs both."""
+    seconds = ctx.pick(1, 5)
+    for name, subject, baseline, connections in RATIOS:
+        if subject not in subjects or baseline not in subjects:
             continue
-        for server, r in at.items():
-            if server.startswith("voxcache"):
-                label = "GET" if "GET" in server else "POST"
-                _ratio_line(ctx, f"HTTP hit throughput ÷ {limit} ({label}, 64 conn)", r, base)
-    for connections in (8, CONNECTIONS[-1]):
-        by = {r["server"]: r for r in rows if r["connections"] == connections}
-        bare = next((r for s, r in by.items() if s.startswith("bare ASGI app, POST")), None)
-        post = next((r for s, r in by.items() if s.startswith("voxcache serve: POST")), None)
-        if bare is not None and post is not None:
-            _ratio_line(ctx, f"POST hit ÷ bare ASGI app answering the same POST "
-                             f"({connections} conn)", post, bare)
+        runs: dict[str, list[dict[str, float]]] = {subject: [], baseline: []}
+        summary = trials.interleave(
+            wrk_trial(subjects[subject], connections, seconds, runs[subject]),
+            wrk_trial(subjects[baseline], connections, seconds, runs[baseline]), ctx.repeat)
+        p99 = {who: sorted(r["p99"] for r in runs[who][1:])[len(runs[who][1:]) // 2]
+               for who in runs}
+        ctx.trials(name, summary,
+                   f"{summary.subject:,.0f} vs {summary.baseline:,.0f} requests/s (medians of "
+                   f"{seconds} s trials); p99 {p99[subject] * 1e3:.1f} vs "
+                   f"{p99[baseline] * 1e3:.1f} ms")
 
 
-def _ratio_line(ctx: Context, name: str, subject: dict[str, Any],
-                base: dict[str, Any]) -> None:
-    ctx.headline[name] = {
-        "value": ratio(subject["requests/s"], base["requests/s"]),
-        "detail": f"{subject['requests/s']:,.0f} vs {base['requests/s']:,.0f} requests/s; "
-                  f"p99 {subject['p99_ms']:.1f} vs {base['p99_ms']:.1f} ms"}
+def wrk_trial(subject: tuple[str, Path | None], connections: int, seconds: float,
+              log: list[dict[str, float]]) -> Any:
+    """One trial: a wrk run against ``subject`` (url, script); its requests/s, logged."""
+    def one() -> float:
+        url, script = subject
+        log.append(wrk(url, connections, seconds, script))
+        return log[-1]["rps"]
+    return one

@@ -18,7 +18,7 @@ from voxcache.cached import CachedEngine
 from voxcache.engines.tone import ToneEngine
 from voxcache.request import SynthesisRequest
 
-from . import peers, plots
+from . import peers, plots, trials
 from .core import Context, Stats, ratio, sample
 from .fixtures import entry_of_size
 
@@ -73,7 +73,43 @@ def measure_size(ctx: Context, label: str, size: int) -> dict[str, Stats]:
         results["voxcache disk: Cache.get"] = sample(lambda: disk_cache.get(key), n)
         results["voxcache disk: CachedEngine"] = sample(lambda: cached_disk.synthesize(request), n)
         results.update(measure_peers(ctx, root.parent / f"peers-{size}", text, entry.blob, n))
+        if label == HEADLINE_SIZE:
+            interleaved(ctx, disk_cache, key, plain_read, cached, request, text, entry.blob)
     return results
+
+
+HEADLINE_SIZE = "500 KB"
+
+
+def interleaved(ctx: Context, disk_cache: Cache, key: str, plain_read: Any, cached: CachedEngine,
+                request: SynthesisRequest, text: str, blob: bytes) -> None:
+    """The headline ratios at 500 KB as interleaved trials (``bench.trials``): each round a
+    batch of calls of the subject and one of the baseline, the batch's median its figure."""
+    n = ctx.pick(50, 400)
+    disk = trials.batch_median(lambda: disk_cache.get(key), n)
+    summary = trials.interleave(disk, trials.batch_median(plain_read, n), ctx.repeat)
+    ctx.trials(f"disk hit ÷ plain read ({HEADLINE_SIZE}, Cache.get, one hot file)", summary,
+               f"Cache.get disk {summary.subject * 1e6:.1f} µs vs open().read() "
+               f"{summary.baseline * 1e6:.1f} µs (medians of rounds)")
+    try:
+        on_disk = peers.tts_cache_disk(ctx.scratch("tts-cache-trials"))
+        in_memory = peers.tts_cache_memory()
+    except ImportError:
+        return
+    m = ctx.pick(20, 100)
+    for name, tc, ours in (("disk", on_disk, disk),
+                           ("memory", in_memory,
+                            trials.batch_median(lambda: cached.synthesize(request), n))):
+        tc.put_sync(text, blob)
+
+        def peer(tc: Any = tc) -> float:
+            return peers.async_sample(lambda: tc.get(text), m).median
+
+        summary = trials.interleave(ours, peer, ctx.repeat)
+        ctx.trials(f"voxcache hit ÷ tts-cache hit ({HEADLINE_SIZE}, {name})", summary,
+                   f"{summary.subject * 1e6:.1f} µs vs {summary.baseline * 1e6:.1f} µs "
+                   "(medians of rounds)")
+        tc.close()
 
 
 def measure_peers(ctx: Context, root: Path, text: str, blob: bytes, n: int) -> dict[str, Stats]:
@@ -124,28 +160,8 @@ def run(ctx: Context) -> None:
                      "reads and checksums the whole file.",
                      "tts-cache and diskcache store the same WAV bytes; tts-cache is timed with "
                      "`await cache.get(text)` inside one event loop (its native API)."])
-    headline(ctx, by_size["500 KB"])
     subjects = [s for s in (*MEMORY, *DISK) if all(s in v for v in by_size.values())]
     ctx.plot("latency", plots.grouped_bars(
         list(SIZES), {s: [by_size[g][s].median * 1e6 for g in SIZES] for s in subjects},
         "median µs (log)", "Hit latency by entry size"))
 
-
-def headline(ctx: Context, stats: dict[str, Stats]) -> None:
-    """Record the ratios the project tracks (500 KB, the size of a typical sentence)."""
-    disk = stats["voxcache disk: Cache.get"].median
-    ctx.headline["disk hit ÷ plain read (500 KB)"] = {
-        "value": ratio(disk, stats["open().read() (limit)"].median),
-        "detail": f"voxcache Cache.get disk {disk * 1e6:.0f} µs vs open().read() "
-                  f"{stats['open().read() (limit)'].median * 1e6:.0f} µs (medians)"}
-    if "tts-cache disk: await get" in stats:
-        peer = stats["tts-cache disk: await get"].median
-        ctx.headline["voxcache hit ÷ tts-cache hit (500 KB, disk)"] = {
-            "value": ratio(disk, peer),
-            "detail": f"{disk * 1e6:.0f} µs vs {peer * 1e6:.0f} µs (medians)"}
-        mem = stats["voxcache memory: CachedEngine.synthesize"].median
-        peer_mem = stats["tts-cache memory: await get"].median
-        ctx.headline["voxcache hit ÷ tts-cache hit (500 KB, memory)"] = {
-            "value": ratio(mem, peer_mem),
-            "detail": f"CachedEngine {mem * 1e6:.1f} µs vs tts-cache in-memory "
-                      f"{peer_mem * 1e6:.1f} µs (medians)"}

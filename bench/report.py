@@ -74,20 +74,39 @@ def markdown_table(table: Table) -> str:
     return "\n".join(lines)
 
 
-def write(ctx: Context, titles: dict[str, str], argv: list[str], seconds: float) -> None:
+def headline_table(headline: dict[str, Any], repeat: int) -> list[str]:
+    """The headline ratios: interleaved medians with their spread, and which hold still."""
+    md = ["## Headline ratios", "",
+          f"Each ratio with a spread is the median of {repeat} interleaved rounds "
+          "(`bench.trials`: subject and baseline alternated, warm-up excluded); *stable* means "
+          "every round lies within ±5 % of the median. Load is the one-minute load average "
+          "before → after the rounds.", "",
+          "| ratio | median | spread | stable ±5 % | load | from |", "|---|---|---|---|---|---|"]
+    for name, item in headline.items():
+        if "rounds" in item:
+            stable = "yes" if item["stable"] else "no"
+            spread, where = item["spread"], "{:.2f} → {:.2f}".format(*item["load"])
+        else:
+            stable, spread, where = item.get("stable", "–"), "–", "–"
+        md.append(f"| {name} | {_fmt(item['value'])} | {spread} | {stable} | {where} "
+                  f"| {item['detail']} |")
+    return [*md, ""]
+
+
+def write(ctx: Context, titles: dict[str, str], argv: list[str], seconds: float,
+          load_before: tuple[float, ...] = ()) -> None:
     """Write results.md and results.json into ``ctx.out``."""
     info = machine()
+    info["loadavg_at_start"] = [f"{v:.2f}" for v in load_before]
     command = "python -m bench " + " ".join(argv)
     md = [f"# voxcache benchmarks ({'quick' if ctx.quick else 'full'} run)", "",
           f"Command: `{command.strip()}` — {seconds:.0f} s. Machine: {info['cpus']} CPUs "
           f"({info['cpu_model']}), Python {info['python']}, {info['platform']}, "
-          f"commit {info.get('commit', '?')}, load average at the end "
+          f"commit {info.get('commit', '?')}, load average at the start "
+          f"{' '.join(info['loadavg_at_start']) or '?'}, at the end "
           f"{' '.join(info.get('loadavg_at_end', []))}.", ""]
     if ctx.headline:
-        md += ["## Headline ratios", "", "| ratio | value | from |", "|---|---|---|"]
-        for name, item in ctx.headline.items():
-            md.append(f"| {name} | {_fmt(item['value'])} | {item['detail']} |")
-        md.append("")
+        md += headline_table(ctx.headline, ctx.repeat)
     for bench, title in titles.items():
         tables = [t for t in ctx.tables if t.bench == bench]
         notes = ctx.notes.get(bench, [])

@@ -24,7 +24,7 @@ SNIPPET = REPO / "docs" / "nginx.conf"
 SNIPPET_CACHE_DIR = "/var/cache/voxcache"
 
 NGINX_CONF = """\
-{user}worker_processes 2;
+{user}worker_processes {workers};
 daemon off;
 pid {tmp}/nginx.pid;
 error_log {tmp}/error.log warn;
@@ -46,6 +46,13 @@ http {{
     }}
 }}
 """
+
+
+def pinned(cpus: set[int] | None) -> Any:
+    """A ``preexec_fn`` that pins a server (and the workers it forks) to ``cpus``."""
+    if not cpus:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
 
 
 def wait_for(url: str, timeout: float, proc: subprocess.Popen[bytes]) -> None:
@@ -76,7 +83,8 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def nginx(cache_dir: Path, tmp: Path) -> Iterator[str]:
+def nginx(cache_dir: Path, tmp: Path, workers: int = 2, cpus: set[int] | None = None
+          ) -> Iterator[str]:
     """Run nginx serving ``cache_dir`` through the shipped snippet; yield its base URL."""
     binary = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists()
                                        else None)
@@ -88,9 +96,11 @@ def nginx(cache_dir: Path, tmp: Path) -> Iterator[str]:
     port = free_port()
     user = "user root;\n" if os.geteuid() == 0 else ""  # the cache folder is 0700
     conf = tmp / "nginx.conf"
-    conf.write_text(NGINX_CONF.format(user=user, tmp=tmp, port=port, snippet=snippet))
+    conf.write_text(NGINX_CONF.format(user=user, tmp=tmp, port=port, snippet=snippet,
+                                      workers=workers))
     proc = subprocess.Popen([binary, "-p", str(tmp), "-c", str(conf), "-e", str(tmp / "error.log")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=pinned(cpus))
     try:
         wait_for(f"http://127.0.0.1:{port}/", 20, proc)
         yield f"http://127.0.0.1:{port}"
@@ -111,7 +121,8 @@ def serve_available() -> bool:
 
 
 @contextlib.contextmanager
-def voxcache_serve(cache_dir: Path, workers: int, log: Path) -> Iterator[str]:
+def voxcache_serve(cache_dir: Path, workers: int, log: Path, cpus: set[int] | None = None
+                   ) -> Iterator[str]:
     """Run ``voxcache serve`` with the tone engine on ``cache_dir``; yield its base URL."""
     port = free_port()
     command = [sys.executable, "-c", "import sys; from voxcache.cli import main; sys.exit(main())",
@@ -119,7 +130,8 @@ def voxcache_serve(cache_dir: Path, workers: int, log: Path) -> Iterator[str]:
                "--engine", "tone", "serve", "--port", str(port), "--workers", str(workers),
                "--no-access-log"]  # nginx beside it runs with access_log off
     with open(log, "wb") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                preexec_fn=pinned(cpus))
     try:
         wait_for(f"http://127.0.0.1:{port}/healthz", 60, proc)
         yield f"http://127.0.0.1:{port}"
@@ -128,7 +140,8 @@ def voxcache_serve(cache_dir: Path, workers: int, log: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def bare_asgi(path: Path, workers: int, log: Path) -> Iterator[str]:
+def bare_asgi(path: Path, workers: int, log: Path, cpus: set[int] | None = None
+              ) -> Iterator[str]:
     """Run ``bench.bare_asgi`` (returns ``path``'s bytes) on uvicorn; yield its base URL."""
     port = free_port()
     command = [sys.executable, "-m", "uvicorn", "bench.bare_asgi:app", "--port", str(port),
@@ -136,7 +149,8 @@ def bare_asgi(path: Path, workers: int, log: Path) -> Iterator[str]:
     env = {**os.environ, "VOXCACHE_BENCH_FILE": str(path)}
     with open(log, "wb") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                cwd=Path(__file__).resolve().parent.parent)
+                                cwd=Path(__file__).resolve().parent.parent,
+                                preexec_fn=pinned(cpus))
     try:
         wait_for(f"http://127.0.0.1:{port}/", 60, proc)
         yield f"http://127.0.0.1:{port}"
