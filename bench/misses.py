@@ -22,7 +22,7 @@ from voxcache.cached import CachedEngine
 from voxcache.engine import Engine
 from voxcache.request import ResolvedRequest, SynthesisRequest
 
-from . import plots
+from . import plots, trials
 from .core import Context, Stats, ratio, sample
 
 NAME = "misses"
@@ -90,6 +90,15 @@ def measure(ctx: Context, piper: Any, words: int, counter: Iterator[int]) -> dic
         replay = CachedEngine(ReplayEngine(piper, chunks), replay_cache)
         overhead = sample(lambda: replay.synthesize(SynthesisRequest(
             sentence(words, next(counter)), params=DETERMINISTIC)), ctx.pick(30, 300), warmup=5)
+        if words == HEADLINE_WORDS:
+            summary = trials.interleave(
+                trials.batch_median(lambda: replay.synthesize(SynthesisRequest(
+                    sentence(words, next(counter)), params=DETERMINISTIC)), ctx.pick(10, 60)),
+                lambda: _timed(lambda: piper_direct(piper, sentence(words, next(counter)))),
+                ctx.repeat)
+            ctx.trials(f"miss overhead ÷ Piper synthesis ({words} words)", summary,
+                       f"{summary.subject * 1e3:.2f} ms of cache work vs Piper "
+                       f"{summary.baseline * 1e3:.0f} ms (medians of rounds)")
     d, t = Stats.of(direct), Stats.of(through)
     chars = len(sentence(words, 0))
     audio_bytes = sum(len(c.pcm) for c in chunks)
@@ -100,6 +109,9 @@ def measure(ctx: Context, piper: Any, words: int, counter: Iterator[int]) -> dic
             "cache overhead p99_ms": overhead.p99 * 1e3, "overhead n": overhead.n,
             "overhead % of synthesis": 100 * ratio(overhead.median, d.median),
             "pairs": pairs}
+
+
+HEADLINE_WORDS = 20
 
 
 def _timed(fn: Any) -> float:
