@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -21,7 +23,7 @@ from typing import Any
 
 from voxcache.cache import Cache
 
-from . import plots, servers, trials
+from . import plots, proc_cpu, servers, trials
 from .core import Context
 from .fixtures import entry_of_size
 
@@ -57,10 +59,12 @@ def wrk(url: str, connections: int, seconds: float, script: Path | None = None) 
                for m in re.finditer(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)}
     rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
     errors = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    done = re.search(r"(\d+) requests in", out)
     if rps is None or "50" not in latency:
         raise RuntimeError(f"could not read wrk's output:\n{out}")
     return {"rps": float(rps.group(1)), "p50": latency["50"], "p99": latency.get("99", 0.0),
-            "errors": float(errors.group(1)) if errors else 0.0}
+            "errors": float(errors.group(1)) if errors else 0.0,
+            "requests": float(done.group(1)) if done else 0.0}
 
 
 def post_script(tmp: Path) -> Path:
@@ -189,28 +193,44 @@ def start_voxcache(ctx: Context, stack: contextlib.ExitStack, root: Path, blob: 
 
 def headline(ctx: Context, subjects: dict[str, tuple[str, Path | None]]) -> None:
     """Each ratio as ``ctx.repeat`` interleaved rounds of wrk trials (one warm-up round
-    excluded): subject and baseline take turns, so a noisy neighbour costs both."""
+    excluded): subject and baseline take turns, so a noisy neighbour costs both. Each trial
+    also counts the server's CPU seconds (/proc), so each ratio has a twin that the host's
+    other load moves far less: requests per server CPU-second."""
     seconds = ctx.pick(1, 5)
+    pids = {name: proc_cpu.holders(int(url.split(":")[2].split("/")[0]))
+            for name, (url, _) in subjects.items()}
     for name, subject, baseline, connections in RATIOS:
         if subject not in subjects or baseline not in subjects:
             continue
         runs: dict[str, list[dict[str, float]]] = {subject: [], baseline: []}
         summary = trials.interleave(
-            wrk_trial(subjects[subject], connections, seconds, runs[subject]),
-            wrk_trial(subjects[baseline], connections, seconds, runs[baseline]), ctx.repeat)
-        p99 = {who: sorted(r["p99"] for r in runs[who][1:])[len(runs[who][1:]) // 2]
-               for who in runs}
+            wrk_trial(subjects[subject], pids[subject], connections, seconds, runs[subject]),
+            wrk_trial(subjects[baseline], pids[baseline], connections, seconds, runs[baseline]),
+            ctx.repeat)
+        p99 = {who: statistics.median(r["p99"] for r in runs[who][1:]) for who in runs}
         ctx.trials(name, summary,
                    f"{summary.subject:,.0f} vs {summary.baseline:,.0f} requests/s (medians of "
                    f"{seconds} s trials); p99 {p99[subject] * 1e3:.1f} vs "
                    f"{p99[baseline] * 1e3:.1f} ms")
+        if pids[subject] and pids[baseline]:
+            per_cpu = trials.Summary.of([r["per_cpu_s"] for r in runs[subject][1:]],
+                                        [r["per_cpu_s"] for r in runs[baseline][1:]],
+                                        summary.load_before, summary.load_after)
+            ctx.trials(f"{name}, per server CPU-second", per_cpu,
+                       f"{per_cpu.subject:,.0f} vs {per_cpu.baseline:,.0f} requests per CPU "
+                       "second the server used (same trials)")
 
 
-def wrk_trial(subject: tuple[str, Path | None], connections: int, seconds: float,
-              log: list[dict[str, float]]) -> Any:
-    """One trial: a wrk run against ``subject`` (url, script); its requests/s, logged."""
+def wrk_trial(subject: tuple[str, Path | None], pids: list[int], connections: int,
+              seconds: float, log: list[dict[str, float]]) -> Any:
+    """One trial: a wrk run against ``subject`` (url, script); its requests/s, logged with
+    the requests per CPU-second its server processes used meanwhile."""
     def one() -> float:
         url, script = subject
-        log.append(wrk(url, connections, seconds, script))
-        return log[-1]["rps"]
+        used = proc_cpu.cpu_seconds(pids)
+        result = wrk(url, connections, seconds, script)
+        used = proc_cpu.cpu_seconds(pids) - used
+        result["per_cpu_s"] = result["requests"] / used if used > 0 else math.nan
+        log.append(result)
+        return result["rps"]
     return one

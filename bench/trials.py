@@ -8,6 +8,7 @@ median of the per-round ratios with its spread (IQR and min–max) and the host'
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -55,10 +56,14 @@ class Summary:
     @classmethod
     def of(cls, subject: list[float], baseline: list[float], load_before: float = float("nan"),
            load_after: float = float("nan")) -> Summary:
-        """Pair the rounds' figures (round i of the subject with round i of the baseline)."""
-        ratios = tuple(s / b for s, b in zip(subject, baseline, strict=True) if b)
-        return cls(ratios, statistics.median(subject), statistics.median(baseline),
-                   load_before, load_after)
+        """Pair the rounds' figures (round i of the subject with round i of the baseline);
+        a round missing either figure (NaN, or a zero baseline) is left out."""
+        pairs = [(s, b) for s, b in zip(subject, baseline, strict=True)
+                 if b and not math.isnan(s) and not math.isnan(b)]
+        if not pairs:
+            return cls((), math.nan, math.nan, load_before, load_after)
+        return cls(tuple(s / b for s, b in pairs), statistics.median(s for s, _ in pairs),
+                   statistics.median(b for _, b in pairs), load_before, load_after)
 
     @property
     def median(self) -> float:
@@ -80,6 +85,8 @@ class Summary:
 
     def spread(self) -> str:
         """``IQR a–b, range c–d`` for a table cell."""
+        if not self.ratios:
+            return "no round measured"
         lo, hi = self.iqr
         return (f"IQR {lo:.3g}–{hi:.3g}, range {min(self.ratios):.3g}–{max(self.ratios):.3g} "
                 f"({len(self.ratios)} rounds)")
@@ -88,7 +95,8 @@ class Summary:
         """The figures a headline entry carries (and results.json keeps)."""
         lo, hi = self.iqr
         return {"value": self.median, "rounds": list(self.ratios), "iqr": [lo, hi],
-                "min": min(self.ratios), "max": max(self.ratios), "stable": self.stable,
+                "min": min(self.ratios, default=math.nan),
+                "max": max(self.ratios, default=math.nan), "stable": self.stable,
                 "spread": self.spread(), "load": [self.load_before, self.load_after]}
 
 

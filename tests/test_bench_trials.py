@@ -43,3 +43,9 @@ def test_a_ratio_within_five_percent_every_round_is_stable() -> None:
     summary = trials.interleave(lambda: next(values), lambda: 1.0, 5)
     assert summary.stable
     assert not trials.Summary.of([1.0, 1.0], [1.0, 1.0]).stable  # two rounds cannot say so
+
+
+def test_a_round_without_a_figure_is_left_out() -> None:
+    summary = trials.Summary.of([2.0, float("nan"), 3.0], [1.0, 1.0, 0.0])
+    assert summary.ratios == (2.0,) and summary.subject == 2.0
+    assert trials.Summary.of([float("nan")], [1.0]).spread() == "no round measured"
