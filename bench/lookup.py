@@ -91,6 +91,11 @@ def interleaved(ctx: Context, disk_cache: Cache, key: str, plain_read: Any, cach
     ctx.trials(f"disk hit ÷ plain read ({HEADLINE_SIZE}, Cache.get, one hot file)", summary,
                f"Cache.get disk {summary.subject * 1e6:.1f} µs vs open().read() "
                f"{summary.baseline * 1e6:.1f} µs (medians of rounds)")
+    cpu = trials.interleave(trials.batch_cpu(lambda: disk_cache.get(key), n),
+                            trials.batch_cpu(plain_read, n), ctx.repeat)
+    ctx.trials(f"disk hit ÷ plain read ({HEADLINE_SIZE}, Cache.get, one hot file), CPU time",
+               cpu, f"Cache.get disk {cpu.subject * 1e6:.1f} µs vs open().read() "
+               f"{cpu.baseline * 1e6:.1f} µs of CPU per call (means of rounds)")
     try:
         on_disk = peers.tts_cache_disk(ctx.scratch("tts-cache-trials"))
         in_memory = peers.tts_cache_memory()

@@ -49,3 +49,12 @@ def test_a_round_without_a_figure_is_left_out() -> None:
     summary = trials.Summary.of([2.0, float("nan"), 3.0], [1.0, 1.0, 0.0])
     assert summary.ratios == (2.0,) and summary.subject == 2.0
     assert trials.Summary.of([float("nan")], [1.0]).spread() == "no round measured"
+
+
+def test_batch_cpu_counts_cpu_not_sleep() -> None:
+    import time
+
+    asleep = trials.batch_cpu(lambda: time.sleep(0.002), 5)()
+    spinning = trials.batch_cpu(lambda: sum(range(20_000)), 5)()
+    assert asleep < 0.001 < 0.002 <= trials.batch_median(lambda: time.sleep(0.002), 5)()
+    assert spinning > 0
