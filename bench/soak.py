@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -54,13 +55,18 @@ class Node:
 
 
 def proc_figures(pid: int) -> dict[str, float]:
-    """Resident memory (MB), open descriptors and threads of a process, from /proc."""
-    status = Path(f"/proc/{pid}/status").read_text()
-    rss = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS"))
-    threads = next(int(line.split()[1]) for line in status.splitlines()
-                   if line.startswith("Threads"))
+    """Resident memory (MB; also split into anonymous memory, the heap, and file pages mapped
+    in, such as LMDB's and SQLite's, which the kernel can drop), open descriptors and threads
+    of a process, from /proc."""
+    wanted = ("VmRSS", "RssAnon", "RssFile", "Threads")
+    fields = {line.split(":")[0]: line.split()[1]
+              for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+              if line.startswith(wanted)}
     fds = len(os.listdir(f"/proc/{pid}/fd"))
-    return {"rss_mb": rss / 1024, "fds": fds, "threads": threads}
+    return {"rss_mb": int(fields["VmRSS"]) / 1024,
+            "anon_mb": int(fields.get("RssAnon", 0)) / 1024,
+            "file_mb": int(fields.get("RssFile", 0)) / 1024,
+            "fds": fds, "threads": int(fields["Threads"])}
 
 
 def slope_per_hour(times: list[float], values: list[float]) -> float:
@@ -136,7 +142,17 @@ class Traffic:
         self.hit_seconds: list[float] = []
         self.counts = {"hits": 0, "misses": 0, "purges": 0, "refused_503": 0, "errors": 0}
         self.keys: list[tuple[Node, str]] = []
+        self.failures: list[dict[str, Any]] = []
+        """What each error was: when, which node and request, the status or exception."""
+        self.started = time.monotonic()
         self.stop = False
+
+    def failed(self, node: Node, what: str, detail: str) -> None:
+        """Count an error and keep what it was (the first 200 of them)."""
+        self.counts["errors"] += 1
+        if len(self.failures) < 200:
+            self.failures.append({"t": round(time.monotonic() - self.started, 1),
+                                  "node": node.name, "request": what, "detail": detail[:300]})
 
     async def warm(self, client: httpx.AsyncClient) -> None:
         for node in self.nodes:
@@ -152,11 +168,11 @@ class Traffic:
             try:
                 answer = await client.post(f"{node.url}/v1/audio/speech", json={
                     "input": self.random.choice(self.hot), "response_format": "wav"})
-            except httpx.HTTPError:
-                self.counts["errors"] += 1
+            except httpx.HTTPError as exc:
+                self.failed(node, "hit", f"{type(exc).__name__}: {exc}")
                 continue
             if answer.status_code != 200:
-                self.counts["errors"] += 1
+                self.failed(node, "hit", f"{answer.status_code}: {answer.text}")
                 continue
             if answer.headers.get("x-cache") == "HIT":
                 self.hit_seconds.append(time.perf_counter() - started)
@@ -169,14 +185,14 @@ class Traffic:
             try:
                 answer = await client.post(f"{node.url}/v1/audio/speech", json={
                     "input": text, "response_format": "wav", "params": {"delay": RENDER_DELAY}})
-            except httpx.HTTPError:
-                self.counts["errors"] += 1
+            except httpx.HTTPError as exc:
+                self.failed(node, "miss", f"{type(exc).__name__}: {exc}")
                 continue
             if answer.status_code == 503:  # admission control said no: expected when saturated
                 self.counts["refused_503"] += 1
                 await asyncio.sleep(0.2)
             elif answer.status_code != 200:
-                self.counts["errors"] += 1
+                self.failed(node, "miss", f"{answer.status_code}: {answer.text}")
             else:
                 self.counts["misses"] += 1
                 self.keys.append((node, answer.headers["x-cache-key"]))
@@ -189,13 +205,13 @@ class Traffic:
             node, key = self.keys.pop(self.random.randrange(len(self.keys)))
             try:
                 answer = await client.delete(f"{node.url}/v1/entries/{key}")
-            except httpx.HTTPError:
-                self.counts["errors"] += 1
+            except httpx.HTTPError as exc:
+                self.failed(node, "purge", f"{type(exc).__name__}: {exc}")
                 continue
             if answer.status_code in (204, 404):
                 self.counts["purges"] += 1
             else:
-                self.counts["errors"] += 1
+                self.failed(node, "purge", f"{answer.status_code}: {answer.text}")
 
 
 async def run(nodes: list[Node], minutes: float, redis: RedisServer) -> dict[str, Any]:
@@ -203,6 +219,7 @@ async def run(nodes: list[Node], minutes: float, redis: RedisServer) -> dict[str
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
         await traffic.warm(client)
+        traffic.started = time.monotonic()
         workers = [asyncio.create_task(traffic.hitter(client)) for _ in range(8)]
         workers += [asyncio.create_task(traffic.misser(client)) for _ in range(RENDER_SLOTS * 2)]
         workers.append(asyncio.create_task(traffic.purger(client)))
@@ -216,7 +233,8 @@ async def run(nodes: list[Node], minutes: float, redis: RedisServer) -> dict[str
             latencies, traffic.hit_seconds = traffic.hit_seconds, []
             window: dict[str, Any] = {"t": round(now, 1), "hits": len(latencies),
                                       "p50_ms": _ms(latencies, 0.5), "p99_ms": _ms(latencies, 0.99),
-                                      "errors": traffic.counts["errors"]}
+                                      "errors": traffic.counts["errors"],
+                                      "load": round(os.getloadavg()[0], 2)}
             for node in nodes:
                 window[node.name] = proc_figures(node.process.pid)
             windows.append(window)
@@ -230,7 +248,7 @@ async def run(nodes: list[Node], minutes: float, redis: RedisServer) -> dict[str
         for task in workers:
             task.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
-    return {"windows": windows, "counts": traffic.counts}
+    return {"windows": windows, "counts": traffic.counts, "failures": traffic.failures}
 
 
 def _ms(values: list[float], q: float) -> float | None:
@@ -244,15 +262,16 @@ def summarize(result: dict[str, Any], nodes: list[Node]) -> dict[str, Any]:
     """Slopes per hour of every series, after the first window (start-up and warm-up)."""
     windows = result["windows"][1:] or result["windows"]
     times = [w["t"] for w in windows]
-    summary: dict[str, Any] = {"counts": result["counts"], "nodes": {}}
+    summary: dict[str, Any] = {"counts": result["counts"], "nodes": {},
+                               "failures": result["failures"][:10]}
     p99 = [(w["t"], w["p99_ms"]) for w in windows if w["p99_ms"] is not None]
     summary["hit_p99_ms"] = {"first": p99[0][1] if p99 else None,
                              "last": p99[-1][1] if p99 else None,
                              "slope_per_hour": round(slope_per_hour(
                                  [t for t, _ in p99], [v for _, v in p99]), 3)}
     for node in nodes:
-        series = {name: [w[node.name][name] for w in windows] for name in ("rss_mb", "fds",
-                                                                             "threads")}
+        series = {name: [w[node.name][name] for w in windows]
+                  for name in ("rss_mb", "anon_mb", "file_mb", "fds", "threads")}
         summary["nodes"][node.name] = {
             name: {"first": values[0], "last": values[-1], "max": max(values),
                    "slope_per_hour": round(slope_per_hour(times, values), 3)}
@@ -272,7 +291,10 @@ def plot(result: dict[str, Any], nodes: list[Node], out: Path, label: str) -> li
     for name, unit in (("rss_mb", "MB"), ("fds", "descriptors"), ("threads", "threads")):
         fig, ax = plt.subplots(figsize=(7, 3))
         for node in nodes:
-            ax.plot(times, [w[node.name][name] for w in windows], label=node.name)
+            line, = ax.plot(times, [w[node.name][name] for w in windows], label=node.name)
+            if name == "rss_mb" and "anon_mb" in windows[0][node.name]:
+                ax.plot(times, [w[node.name]["anon_mb"] for w in windows], linestyle=":",
+                        color=line.get_color(), label=f"{node.name} anonymous (heap)")
         _mark_restart(ax, windows)
         ax.set_xlabel("minutes")
         ax.set_ylabel(unit)
@@ -289,6 +311,10 @@ def plot(result: dict[str, Any], nodes: list[Node], out: Path, label: str) -> li
     _mark_restart(ax, windows)
     ax.set_xlabel("minutes")
     ax.set_ylabel("ms")
+    if "load" in windows[0]:  # the host's load: on a shared host it moves the tail most
+        load_ax = ax.twinx()
+        load_ax.plot(times, [w["load"] for w in windows], color="grey", linewidth=0.8)
+        load_ax.set_ylabel("host load (1 min)", color="grey")
     ax.set_title(f"soak, {label}: hit latency per 10 s window")
     ax.legend()
     fig.tight_layout()
@@ -324,6 +350,9 @@ def soak(minutes: float, count: int, out: Path) -> dict[str, Any]:
                     "render_delay": RENDER_DELAY, "memory_budget": MEMORY_BUDGET})
     (out / f"soak-{count}.json").write_text(json.dumps({"summary": summary, **result},
                                                        indent=1))
+    for log in work.glob("node-*.log"):  # the servers' own words, then the folder (GBs) goes
+        shutil.copy2(log, out / f"soak-{count}-{log.name}")
+    shutil.rmtree(work, ignore_errors=True)
     return summary
 
 

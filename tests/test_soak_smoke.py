@@ -25,5 +25,6 @@ def test_a_short_soak_runs_every_part_of_the_mix(tmp_path: Path) -> None:
     assert counts["errors"] == 0
     assert counts["hits"] > 100 and counts["misses"] > 5 and counts["purges"] > 3
     node = summary["nodes"]["node-0"]
-    assert {"rss_mb", "fds", "threads"} <= set(node)
+    assert {"rss_mb", "anon_mb", "file_mb", "fds", "threads"} <= set(node)
+    assert summary["failures"] == []  # each error would be kept with what it was
     assert all(Path(p).stat().st_size > 1000 for p in summary["plots"])
