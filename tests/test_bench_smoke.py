@@ -85,8 +85,9 @@ def test_figures_are_numbers_with_medians_and_tails(quick_run: dict) -> None:
         assert isinstance(item["value"], float) and not math.isnan(item["value"])
     interleaved = [i for i in quick_run["headline"].values() if "rounds" in i]
     assert interleaved, "no headline ratio was measured as interleaved trials"
-    for item in interleaved:  # --repeat 2: two rounds, each a ratio, the median between them
-        assert 1 <= len(item["rounds"]) <= 2 and item["min"] <= item["value"] <= item["max"]
+    for item in interleaved:  # each round a ratio, the median between the extremes
+        assert item["rounds"] and item["min"] <= item["value"] <= item["max"]
+    assert any(len(item["rounds"]) == 2 for item in interleaved), "--repeat 2 was not obeyed"
     assert "| stable ±5 % |" in quick_run["_md"] and "load average at the start" in quick_run["_md"]
     assert "| subject |" in quick_run["_md"] or "subject" in quick_run["_md"]
     stampede = next(t for t in quick_run["tables"] if t["name"] == "stampede")
