@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="voxcache-bench-"))
     ctx = Context(quick=args.quick, out=out, work=work, repeat=max(1, args.repeat))
     load_before = os.getloadavg()
+    commit = report.machine().get("commit", "?")  # the code measured: HEAD may move
     failed: list[str] = []
     started = time.perf_counter()
     try:
@@ -62,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     elapsed = time.perf_counter() - started
-    report.write(ctx, {n: BENCHMARKS[n].TITLE for n in chosen}, argv, elapsed, load_before)
+    report.write(ctx, {n: BENCHMARKS[n].TITLE for n in chosen}, argv, elapsed, load_before,
+                     commit)
     print(f"done in {elapsed:.0f} s; report in {out}/results.md", flush=True)
     return 1 if failed else 0
 

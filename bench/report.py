@@ -94,9 +94,12 @@ def headline_table(headline: dict[str, Any], repeat: int) -> list[str]:
 
 
 def write(ctx: Context, titles: dict[str, str], argv: list[str], seconds: float,
-          load_before: tuple[float, ...] = ()) -> None:
-    """Write results.md and results.json into ``ctx.out``."""
+          load_before: tuple[float, ...] = (), commit: str | None = None) -> None:
+    """Write results.md and results.json into ``ctx.out`` (``commit``: the one the run
+    started at, which is what it measured)."""
     info = machine()
+    if commit:
+        info["commit"] = commit
     info["loadavg_at_start"] = [f"{v:.2f}" for v in load_before]
     command = "python -m bench " + " ".join(argv)
     md = [f"# voxcache benchmarks ({'quick' if ctx.quick else 'full'} run)", "",
