@@ -1,4 +1,4 @@
-"""The storing gate's figures on real speech (docs/admission.md, "Measured").
+"""The storing gate's figures on real speech (docs/operating/admission.md, "Measured").
 
     python -m bench.admission [--asr]
 

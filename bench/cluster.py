@@ -2,7 +2,7 @@
 
 ``python -m bench.cluster`` (or ``--quick``), or ``voxcache bench --only cluster``. It starts
 a redis-server and moto's S3 server on free ports and three ``voxcache serve`` nodes (tone
-engine, each with its own cache folder) sharing them, as docs/cluster.md describes.
+engine, each with its own cache folder) sharing them, as docs/operating/cluster.md describes.
 
 - **Stampede across nodes** at N = 8, 64, 256 callers of one new key, spread evenly over
   the three nodes at once: the renders the fleet made (each node's persisted

@@ -1,7 +1,7 @@
 """Benchmark 2: HTTP hits — requests/s and latency with keep-alive at 1, 8 and 64 connections.
 
 The limit is nginx serving the very same ~500 KB file with sendfile (through the shipped
-``docs/nginx.conf`` snippet, so the snippet is exercised too). voxcache is measured on its
+``docs/operating/nginx.conf`` snippet, so the snippet is exercised too). voxcache is measured on its
 content-addressed ``GET /v1/audio/{key}`` (a file response) and on ``POST /v1/audio/speech``,
 a hit that must parse JSON and compute the key. wrk is the load generator; it shares the
 two cores with the servers, as a client on the same host would.
@@ -108,7 +108,7 @@ def measure(ctx: Context, name: str, url: str, script: Path | None = None) -> li
     return rows
 
 
-NGINX = "nginx (docs/nginx.conf, sendfile)"
+NGINX = "nginx (docs/operating/nginx.conf, sendfile)"
 BARE = "bare ASGI app (uvicorn, bytes from memory)"
 BARE_POST = "bare ASGI app, POST (reads the body, same bytes back)"
 GET = "voxcache serve: GET /v1/audio/{key}"

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from voxcache import tensors
 from voxcache.entry import CorruptEntry, Entry, blob_entry, decode
 from voxcache.tensors import tensor_entry
 from voxcache.tiers import inline
@@ -71,9 +72,12 @@ PLAIN_HOT = "open().read() of one hot file (limit)"
 TIER_HOT = "voxcache DiskTier.get: audio, one hot key"
 """One key read again and again (as the ``lookup`` benchmark does): its bytes stay in the
 CPU cache, so the copy is cheap and the checksum pass weighs more."""
-KIND_OF = {**{TIER_GET[k]: k for k in KINDS}, TIER_HOT: "audio"}
-READS = (PLAIN, PLAIN_HOT, *TIER_GET.values(), TIER_HOT, LMDB, SQLITE, LMDB_RAW, SQLITE_RAW,
-         DISKCACHE)
+TIER_FIRST = "voxcache DiskTier.get: embedding, header not remembered"
+"""Every read as the first read of its entry: the safetensors header checked in full, not
+compared with one checked before (``tensors._head``); what every hit cost before."""
+KIND_OF = {**{TIER_GET[k]: k for k in KINDS}, TIER_HOT: "audio", TIER_FIRST: "embedding"}
+READS = (PLAIN, PLAIN_HOT, *TIER_GET.values(), TIER_FIRST, TIER_HOT, LMDB, SQLITE, LMDB_RAW,
+         SQLITE_RAW, DISKCACHE)
 READS_4P = (PLAIN, TIER_GET["encoded"], TIER_GET["embedding"], LMDB, SQLITE, DISKCACHE)
 
 W_PLAIN = "open('wb').write() of a new file (limit)"
@@ -265,6 +269,7 @@ def check_stores(handles: Handles, entries: dict[str, list[Entry]]) -> dict[str,
         where[subject] = describe(place, entries["encoded"])
     where[PLAIN_HOT] = describe("file", entries["encoded"][:1])
     where[TIER_HOT] = describe("file", entries["audio"][:1])  # audio: always a file
+    where[TIER_FIRST] = where[TIER_GET["embedding"]]
     return where
 
 
@@ -289,6 +294,16 @@ def reader(subject: str, handles: Handles, offset: int = 0) -> Callable[[], int]
             with open(folder / nxt(), "rb") as f:
                 return len(f.read())
         return plain
+    if subject == TIER_FIRST:
+        tier, remembered = handles.tier, tensors._HEAD_MEMO_MAX
+
+        def first_read() -> int:
+            tensors._HEAD_MEMO_MAX = -1  # no header is remembered (nor looked up)
+            try:
+                return len(tier.get(nxt(), kind).blob)  # type: ignore[union-attr]
+            finally:
+                tensors._HEAD_MEMO_MAX = remembered
+        return first_read
     if subject in KIND_OF:
         tier = handles.tier
         return lambda: len(tier.get(nxt(), kind).blob)  # type: ignore[union-attr]
@@ -504,7 +519,7 @@ def measure_size(ctx: Context, label: str, size: int, workers: Workers | None) -
     try:
         before = trials.load()
         reads, turns = interleaved({s: reader(s, handles) for s in READS},
-                                   ctx.pick(600, 6000), max(ctx.repeat, ctx.pick(3, 10)))
+                                   ctx.pick(600, 6000), max(ctx.repeat, ctx.pick(5, 10)))
         load = (before, trials.load())
         n = ctx.pick(30, 100 if large else 400)
         writes, _ = interleaved(
@@ -543,7 +558,7 @@ def run(ctx: Context) -> None:
 
 def record(ctx: Context, by_size: dict[str, Figures]) -> None:
     """The tables: every subject, then the two comparisons the issue asks about."""
-    ctx.table("targets", "Issue 15's targets (ratios of medians, same run)",
+    ctx.table("targets", "Issues 15 and 26's targets (ratios of medians, same run)",
               target_rows(by_size))
     ctx.table("candidates", "Inline store candidates on the same envelopes: LMDB ÷ SQLite "
               "(medians below 1 and calls/s above 1: LMDB is faster)", candidate_rows(by_size),
@@ -640,9 +655,10 @@ def candidate_rows(by_size: dict[str, Figures]) -> list[dict[str, Any]]:
 TARGETS = {
     LARGE: (1.5, [(TIER_GET["audio"], PLAIN), (TIER_HOT, PLAIN_HOT),
                   (TIER_GET["encoded"], PLAIN), (TIER_GET["embedding"], PLAIN)]),
-    SMALL: (1.0, [(TIER_GET["encoded"], DISKCACHE), (TIER_GET["embedding"], DISKCACHE)]),
+    SMALL: (0.8, [(TIER_GET["encoded"], DISKCACHE), (TIER_GET["embedding"], DISKCACHE)]),
 }
-"""Disk hit ÷ plain read at ≥ 100 KB (≤ 1.5×), small hit ÷ diskcache (≤ 1.0×)."""
+"""Disk hit ÷ plain read at ≥ 100 KB (≤ 1.5×, issue 15), small hit ÷ diskcache (≤ 0.8×,
+issue 26; it was ≤ 1.0× in issue 15)."""
 
 
 def target_rows(by_size: dict[str, Figures]) -> list[dict[str, Any]]:
@@ -658,6 +674,10 @@ def target_rows_of(label: str, fig: Figures, target: float,
                    pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
     rows = []
     for subject, base in pairs:
+        per_round = sorted(ratio(a, b) for a, b in zip(fig.rounds.get(subject, []),
+                                                       fig.rounds.get(base, []), strict=True))
+        spread = (f"{statistics.median(per_round):.3f} ({per_round[0]:.3f}–{per_round[-1]:.3f}, "
+                  f"{len(per_round)} rounds)") if per_round else ""
         measured = [("1", fig.reads[subject].median, fig.reads[base].median)]
         if subject in fig.reads_4p and base in fig.reads_4p:
             measured.append((str(PROCESSES), fig.reads_4p[subject].stats.median,
@@ -667,7 +687,9 @@ def target_rows_of(label: str, fig: Figures, target: float,
             rows.append({"size": label, "hit": subject.removeprefix("voxcache "),
                          "stored": fig.where[subject], "processes": procs,
                          "hit_us": hit * 1e6, "÷": base, "baseline_us": baseline * 1e6,
-                         "ratio": value, "target": f"≤ {target}",
+                         "ratio": value,
+                         "per-round ratio: median (min–max)": spread if procs == "1" else "",
+                         "target": f"≤ {target}",
                          "met": "yes" if value <= target else "NO"})
     return rows
 

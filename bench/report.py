@@ -1,6 +1,6 @@
 """Writing a run out: ``results.md`` (tables), ``results.json`` (every figure), PNG plots.
 
-The markdown is what ``docs/benchmarks.md`` is refreshed from; the JSON is the record a
+The markdown is what ``docs/internals/benchmarks.md`` is refreshed from; the JSON is the record a
 later run is compared against.
 """
 

@@ -1,5 +1,6 @@
 """Starting the HTTP servers the benchmarks compare: nginx (with the shipped
-``docs/nginx.conf`` snippet), ``voxcache serve`` and ASGI apps, each on a free loopback port."""
+``docs/operating/nginx.conf`` snippet), ``voxcache serve`` and ASGI apps, each on a free loopback
+port."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from typing import Any
 from voxcache.testing.servers import free_port
 
 REPO = Path(__file__).resolve().parent.parent
-SNIPPET = REPO / "docs" / "nginx.conf"
+SNIPPET = REPO / "docs" / "operating" / "nginx.conf"
 SNIPPET_CACHE_DIR = "/var/cache/voxcache"
 
 NGINX_CONF = """\

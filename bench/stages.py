@@ -93,9 +93,9 @@ def prompts(root: Path, clip: bytes, repeat: int) -> None:
     from stages.standins import TTS, CosyVoice2
 
     from voxcache.cache import Cache
+    from voxcache.protocols.cosyvoice.prompts import CosyVoicePrompts
+    from voxcache.protocols.gpt_sovits.prompts import GPTSoVITSPrompts
     from voxcache.stages import StageCache
-    from voxcache.stages.cosyvoice import CosyVoicePrompts
-    from voxcache.stages.gpt_sovits import GPTSoVITSPrompts
 
     print("2. Prompt features (stand-ins with the engines' signatures; see the docstring)")
     ref = root / "ref.wav"

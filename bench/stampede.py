@@ -255,7 +255,7 @@ class Workers:
 def prepared(ctx: Context, kind: str, name: str) -> str:
     """A cache folder created once up front, as ``voxcache serve`` does before its workers
     start: four processes creating one fresh index at the same instant can fail to open it,
-    with voxcache and with tts-cache alike (see docs/benchmarks.md)."""
+    with voxcache and with tts-cache alike (see docs/internals/benchmarks.md)."""
     root = ctx.scratch(name)
     if kind == "voxcache":
         Cache(root).close()

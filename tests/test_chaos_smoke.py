@@ -5,7 +5,7 @@ wrong take served, every stored take equal to a fresh render and nothing left ov
 a restart. The checks themselves are attacked too: a take with a valid envelope but
 another request's samples, planted under a key, must be counted as torn by a reader and
 as mismatched by the audit; a file cut in half must never be served. The full run (1,000
-kills) is outside CI; its figures are in docs/reliability.md.
+kills) is outside CI; its figures are in docs/internals/reliability.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The docs' quick starts, run as written: docs/cluster.md ("Three nodes behind a balancer")
-and docs/edge.md ("Quick start").
+"""The docs' quick starts, run as written: docs/operating/cluster.md ("Three nodes behind a
+balancer") and docs/operating/edge.md ("Quick start").
 
 Each ```bash block of the section is split into its commands (``\\`` continuations and
 here-documents kept whole) and each command runs in bash, in order, on the "machine" the
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.skipif(not redis_available(), reason="needs redis-serve
 
 
 def section(doc: str, heading: str) -> str:
-    text = (ROOT / "docs" / doc).read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "operating" / doc).read_text(encoding="utf-8")
     start = text.index(f"\n## {heading}\n")
     end = text.find("\n## ", start + 1)
     return text[start:end if end != -1 else None]

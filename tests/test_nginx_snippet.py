@@ -1,4 +1,5 @@
-"""docs/nginx.conf serves stored takes straight from the cache folder, at voxcache's URL."""
+"""docs/operating/nginx.conf serves stored takes straight from the cache folder, at voxcache's
+URL."""
 
 from __future__ import annotations
 

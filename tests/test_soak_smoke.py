@@ -1,7 +1,8 @@
 """The soak benchmark's smoke run: every part of the mix ran, nothing erred, figures came out.
 
 The soak itself (``python -m bench.soak --minutes 30``, one node and three) is a benchmark;
-its figures are in docs/reliability.md. This runs its machinery for 20 seconds on one node.
+its figures are in docs/internals/reliability.md. This runs its machinery for 20 seconds on one
+node.
 """
 
 from __future__ import annotations

@@ -30,17 +30,20 @@ from pathlib import Path
 from typing import Any
 
 from .entry import Entry
+from .errors import InvalidParameter
 from .tiers import purged
-from .tiers.base import TierStack
+from .tiers.base import Tier, TierStack
 from .tiers.bus import News
-from .tiers.disk import DiskTier
+from .tiers.factory import close_all, tiers_from_urls
 from .tiers.invalidation import InvalidationLog
 from .tiers.leases import Leases
 from .tiers.lifecycle import Limits, enforce
-from .tiers.memory import DEFAULT_KIND_BUDGET, MemoryTier
 from .tiers.nodes import LOCAL_TIERS, Nodes, shared_tiers, tier_list
 from .tiers.publish import DEFAULT_MAX_BYTES
+from .tiers.registry import DEFAULT_KIND_BUDGET
 from .tiers.remote import redacted
+from .tiers.roles import FolderTier, ProcessTier, TierRole, with_role
+from .vocabulary import TierName
 
 log = logging.getLogger("voxcache.cache")
 
@@ -57,6 +60,12 @@ class CacheConfig:
     """Tiers in read order: ``memory``, ``disk``, then shared ones (``redis://…``, ``s3://…``)."""
     shared_write_queue: int = DEFAULT_MAX_BYTES
     """Bytes of takes each shared tier's write-behind queue may hold; past it writes are shed."""
+
+    def tier_options(self, root: Path, clock: Callable[[], float]) -> dict[str, dict[str, Any]]:
+        """Each configured tier's own settings, by tier name (``tiers_from_urls``)."""
+        return {TierName.MEMORY: {"budgets": self.memory_budgets, "clock": clock,
+                                  "default_budget": self.memory_default_budget},
+                TierName.DISK: {"root": root, "clock": clock}}
 
     def describe(self) -> dict[str, Any]:
         """Effective limits, as printed at start."""
@@ -76,7 +85,7 @@ def _tenant_of(entry: Entry) -> str:
 
 
 class Cache:
-    """Memory and disk tiers over one cache folder."""
+    """The configured tiers over one cache folder, in read order."""
 
     def __init__(self, root: str | Path, config: CacheConfig | None = None,
                  clock: Callable[[], float] = time.time) -> None:
@@ -84,29 +93,57 @@ class Cache:
         self.locks = self.root / "locks"
         """Where the per-key render locks live (``singleflight.key_lock``)."""
         self.config = config or CacheConfig()
-        tiers = tier_list(self.config.tiers)
-        self.disk = DiskTier(self.root, clock=clock)
-        self.memory = MemoryTier(self.config.memory_budgets, self.config.memory_default_budget,
-                                 clock=clock, pinned=self.disk.is_pinned)
+        built = tiers_from_urls(tier_list(self.config.tiers),
+                                options=self.config.tier_options(self.root, clock))
+        try:
+            self.folder: FolderTier = _one(built, TierRole.FOLDER)
+            """The tier that is this cache folder (its index, pins, counters, faults)."""
+            self.in_process: ProcessTier = _one(built, TierRole.PROCESS)
+            """The tier private to this process (the fastest; what other processes' news
+            clears)."""
+        except BaseException:
+            close_all(built)
+            raise
         self._counts: dict[str, int] = {}
         self._count_lock = threading.Lock()
         self._enforce_lock = threading.Lock()
         self._listeners: dict[str, list[Callable[[str], None]]] = {}
-        try:
-            publisher = shared_tiers(tiers, write_queue=self.config.shared_write_queue,
-                                     count=self.count)
-        except BaseException:
-            self.disk.close()
-            raise
-        shared = [] if publisher is None else publisher.tiers
-        self.tiers = TierStack([self.memory, self.disk, *shared], self.disk.faults,
-                               publisher=publisher, on_adopt=self._announce_adoption)
+        publisher = shared_tiers(built, write_queue=self.config.shared_write_queue,
+                                 count=self.count)
+        self.tiers = TierStack(built, self.folder.faults, publisher=publisher,
+                               on_adopt=self._announce_adoption)
         self.limits = Limits(self.config.disk_max_bytes, self.config.disk_max_entries)
         self.invalidations = InvalidationLog(self.root, self._apply_invalidation)
         self.nodes = Nodes(publisher, self.tiers, self.root, apply=self._apply_remote,
-                           count=self.count, faults=self.disk.faults)
+                           count=self.count, faults=self.folder.faults)
         self.leases: Leases | None = self.nodes.leases
         """The render leases across nodes (None without a Redis tier)."""
+
+    @property
+    def index(self) -> Any:
+        """The cache folder's index (``tiers.index.Index``): entries, counters, ledgers."""
+        return self.folder.index
+
+    def report_fault(self, area: str, exc: BaseException, message: str) -> None:
+        """A fault worked around (``area``: what failed): counted, logged once per cause."""
+        self.folder.faults.report(area, exc, message)
+
+    @property
+    def disk(self) -> Any:
+        """The folder tier under its shipped name, for tests and scripts; the code in
+        ``src/`` outside ``tiers/`` asks for ``folder`` (``tests/tiers/test_registry``)."""
+        return self.folder
+
+    @property
+    def memory(self) -> Any:
+        """The process tier under its shipped name (tests and scripts; see ``disk``)."""
+        return self.in_process
+
+    def recall(self, key: str, kind: str = "audio") -> tuple[Entry, str] | None:
+        """(entry, tier name) from the tier private to this process (no file read, no lock):
+        the hot paths' first look."""
+        entry = self.in_process.get(key, kind)
+        return None if entry is None else (entry, self.in_process.name)
 
     def get(self, key: str, kind: str = "audio") -> tuple[Entry, str] | None:
         """Return (entry, tier name) from the fastest tier holding ``key``."""
@@ -133,11 +170,11 @@ class Cache:
         ``check_index=False`` (one tenant only, nothing to wall off) reads the file
         directly and checks its envelope.
         """
-        held = self.memory.peek(key, kind)
+        held = self.in_process.peek(key, kind)
         if held is not None and _tenant_of(held) == tenant:
-            self.memory.touch(key, kind)
-            return held, "memory"
-        if check_index and self.disk.owner(key) != tenant:
+            self.in_process.touch(key, kind)
+            return held, self.in_process.name
+        if check_index and self.folder.owner(key) != tenant:
             return None  # absent and someone else's end here, after the same two steps
         if held is not None:
             return None  # held for another tenant (an index that disagrees changes nothing)
@@ -160,9 +197,9 @@ class Cache:
     def pin(self, key: str, pinned: bool = True, until: float | None = None) -> bool:
         """Pin an entry so it is never evicted (until ``until``, when given); every
         process's memory tier keeps it through pressure too."""
-        found = self.disk.pin(key, pinned, until)
+        found = self.folder.pin(key, pinned, until)
         if found:
-            self.memory.set_pinned(key, pinned)
+            self.in_process.set_pinned(key, pinned)
             self._publish([News("pin" if pinned else "unpin", key, until=until)])
         return found
 
@@ -173,12 +210,12 @@ class Cache:
         A delete is a purge: it is remembered first (``tiers.purged``: no import brings a
         take of these keys created up to ``until`` back, and packs published from here
         carry the tombstones). ``until`` defaults to now."""
-        targets = [(key, kind), *self.disk.children(key)]
+        targets = [(key, kind), *self.folder.children(key)]
         self._remember_purged(targets, time.time() if until is None else until)
         found = False
         for target, target_kind in targets:
             found = self.tiers.delete(target, target_kind) or found
-        self.memory.delete(key)  # and the children it holds (any kind)
+        self.in_process.delete(key)  # and the children it holds (any kind)
         self._publish([News("delete", target, kind=target_kind)
                        for target, target_kind in targets])
         return found
@@ -187,16 +224,16 @@ class Cache:
         """Record purged keys before they go (their rows name the tenant and creation
         time). The delete goes ahead when the index cannot record them: counted, logged."""
         try:
-            purged.record(self.disk.index, [(k, kind, until) for k, kind in targets],
+            purged.record(self.folder.index, [(k, kind, until) for k, kind in targets],
                           covering=True)
         except sqlite3.Error as exc:
-            self.disk.faults.report("purge record", exc, "a purge could not be remembered; "
+            self.report_fault("purge record", exc, "a purge could not be remembered; "
                                     "an older pack imported later could bring it back")
 
     def lock_fault(self, exc: OSError) -> None:
         """A per-key lock could not be taken (read-only folder, no inodes): counted, logged
         once per cause; the render goes ahead without it."""
-        self.disk.faults.report("lock", exc, "a per-key lock could not be taken; rendering "
+        self.report_fault("lock", exc, "a per-key lock could not be taken; rendering "
                                 "without it (another process may render the same key)")
 
     def _publish(self, news: list[News]) -> None:
@@ -204,7 +241,7 @@ class Cache:
         try:
             self.invalidations.publish([(item.event, item.subject) for item in news])
         except OSError as exc:
-            self.disk.faults.report("invalidation", exc, "a delete or pin could not be "
+            self.report_fault("invalidation", exc, "a delete or pin could not be "
                                     "published; other processes may serve the old state from "
                                     "memory until they restart")
         self.nodes.publish(news)
@@ -215,7 +252,7 @@ class Cache:
         try:
             self.invalidations.publish([("adopt", entry.header.key)])
         except OSError as exc:
-            self.disk.faults.report("invalidation", exc, "an adopted take could not be "
+            self.report_fault("invalidation", exc, "an adopted take could not be "
                                     "announced; other processes may serve the old one from "
                                     "memory until they restart")
 
@@ -234,9 +271,9 @@ class Cache:
         if event in ("delete", "adopt"):
             self.tiers.forget(key)
         elif event in ("pin", "unpin"):
-            self.memory.set_pinned(key, event == "pin")
+            self.in_process.set_pinned(key, event == "pin")
         elif event == "clear":
-            self.memory.clear()
+            self.in_process.clear()
         for listener in self._listeners.get(event, ()):
             listener(key)
 
@@ -245,21 +282,21 @@ class Cache:
         line (never the shared tiers: the other node did that), publishing nothing again."""
         key = news.subject
         if news.event == "delete":
-            targets = [(key, news.kind or "audio"), *self.disk.children(key)]
+            targets = [(key, news.kind or "audio"), *self.folder.children(key)]
             self._remember_purged(targets, time.time())
             for target, kind in targets:
                 self.nodes.discard(target)  # a queued write here must not bring it back
                 self.tiers.forget(target)
-                self.tiers.call(self.disk, "delete", lambda t=target, k=kind:
-                                self.disk.delete(t, k), False)
-            self.memory.delete(key)
+                self.tiers.call(self.folder, "delete", lambda t=target, k=kind:
+                                self.folder.delete(t, k), False)
+            self.in_process.delete(key)
         elif news.event in ("pin", "unpin"):
             pinned = news.event == "pin"
-            self.tiers.call(self.disk, "pin", lambda: self.disk.pin(key, pinned, news.until),
+            self.tiers.call(self.folder, "pin", lambda: self.folder.pin(key, pinned, news.until),
                             False)
-            self.memory.set_pinned(key, pinned)
+            self.in_process.set_pinned(key, pinned)
         elif news.event == "clear":
-            self.memory.clear()
+            self.in_process.clear()
         for listener in self._listeners.get(news.event, ()):
             listener(key)
 
@@ -271,7 +308,7 @@ class Cache:
         """Count an event in this process and in the persisted counters."""
         with self._count_lock:
             self._counts[name] = self._counts.get(name, 0) + delta
-        self.disk.count(name, delta)
+        self.folder.count(name, delta)
 
     def session_counts(self) -> dict[str, int]:
         """Counters of this process since start."""
@@ -280,8 +317,8 @@ class Cache:
 
     def stats(self) -> dict[str, Any]:
         """Entries and bytes per tier plus the persisted counters."""
-        self.disk.flush()
-        counters = self.disk.counters()
+        self.folder.flush()
+        counters = self.folder.counters()
         disk: dict[str, Any] = {"entries": None, "bytes": None,
                                 "max_bytes": self.limits.max_bytes,
                                 "max_entries": self.limits.max_entries}
@@ -293,16 +330,17 @@ class Cache:
             disk["entries"] = counters.pop("disk_entries", 0)
         return {
             "root": str(self.root),
-            "tiers": {"memory": self.memory.stats(), "disk": disk, **self.nodes.stats()},
+            "tiers": {self.in_process.name: self.in_process.stats(), self.folder.name: disk,
+                      **self.nodes.stats()},
             **({"nodes": nodes} if (nodes := self.nodes.health()) else {}),
             "counters": counters,
         }
 
     def gc(self) -> dict[str, int]:
         """Enforce TTL and caps now (offline maintenance)."""
-        self.disk.flush()
+        self.folder.flush()
         self.invalidations.rotate()
-        return enforce(self.root, self.disk.index, self.limits)
+        return enforce(self.root, self.folder.index, self.limits)
 
     def _enforce_if_over(self) -> None:
         """After a write that crossed a cap, evict down to the low watermark (one writer
@@ -310,7 +348,7 @@ class Cache:
         limits = self.limits
         if limits.max_bytes is None and limits.max_entries is None:
             return
-        totals = self.disk.totals()
+        totals = self.folder.totals()
         if totals is None:
             return
         total_bytes, total_entries = totals
@@ -321,10 +359,10 @@ class Cache:
 
     def _enforce(self) -> None:
         try:
-            self.disk.flush()  # recency first, so the victims are the right ones
-            enforce(self.root, self.disk.index, self.limits)
+            self.folder.flush()  # recency first, so the victims are the right ones
+            enforce(self.root, self.folder.index, self.limits)
         except sqlite3.Error as exc:
-            self.disk.faults.report("eviction", exc, "eviction could not run; the disk tier "
+            self.report_fault("eviction", exc, "eviction could not run; the disk tier "
                                     "may stay over its cap until the index recovers")
         finally:
             self._enforce_lock.release()
@@ -336,3 +374,12 @@ class Cache:
         self.nodes.fold()
         self.invalidations.close()
         self.tiers.close()
+
+
+def _one(tiers: list[Tier], role: TierRole) -> Any:
+    """The one tier of ``tiers`` in ``role`` (``tier_list`` made sure there is one)."""
+    found = with_role(tiers, role)
+    if len(found) != 1:
+        raise InvalidParameter(f"the tier list needs exactly one {role} tier; it has "
+                               f"{[tier.name for tier in found]}")
+    return found[0]

@@ -39,16 +39,18 @@ from .errors import InvalidParameter
 from .key import canonical_bytes, digest, key_payload
 from .loading import HANDOFF_SECONDS, Loader, Made, loader_of
 from .outcome import NO_PROGRESS, Progress, Result, Take, seconds_since
-from .policies import segments
+from .policies import clauses, segments
 from .policies.admit import Gate, GateSettings
 from .policies.savings import Ledger
 from .policies.seeds import SeedPolicy, TakePools, bypass, describe, parse_seed_policy
+from .policies.segments import parse as parse_segments
 from .policies.upgrades import Upgrades, parse_model_policy
 from .policies.usage import Usage
 from .request import DEFAULT_MAX_TEXT_CHARS, SynthesisRequest, resolve
 from .resolved import ResolvedRequest
 from .scheduling import Admission
 from .singleflight import Flight, FlightGroup
+from .vocabulary import TierCount
 
 __all__ = ["HANDOFF_SECONDS", "MODES", "CachedEngine", "Observer", "Result", "Take"]
 
@@ -81,7 +83,7 @@ class CachedEngine:
     """An engine behind the cache: each distinct request is rendered exactly once."""
 
     def __init__(self, engine: Engine, cache: Cache, *, lock_wait: float = DEFAULT_LOCK_WAIT,
-                 max_text_chars: int = DEFAULT_MAX_TEXT_CHARS, segments: bool = False,
+                 max_text_chars: int = DEFAULT_MAX_TEXT_CHARS, segments: bool | str = False,
                  seed_policy: str = "pin", model_policy: str = "strict",
                  admission: Admission | None = None, observer: Observer | None = None,
                  gate: GateSettings | None = None) -> None:
@@ -93,10 +95,11 @@ class CachedEngine:
         """The load-once path (shared with the stage caches and encodings of this cache)."""
         self.waveform = frozenset(n for n, s in engine.params.items() if s.shapes_waveform)
         self._key_memo: dict[tuple[str, tuple[Any, ...]], tuple[ResolvedRequest, str]] = {}
-        self.segments = segments
-        """Serve multi-sentence misses from cached sentences (see ``policies.segments``)."""
-        if segments:
-            _check_segments(engine)
+        self.segments = segments_mode = parse_segments(segments)
+        """Serve misses from cached sentences (True, ``policies.segments``) or clauses
+        (``"clauses"``, ``policies.clauses``)."""
+        if segments_mode:
+            clauses.check_mode(engine, segments_mode)
         self.seed_policy = parse_seed_policy(seed_policy)
         self.takes = TakePools()
         self.upgrades = Upgrades(cache.root, model_policy)
@@ -184,7 +187,8 @@ class CachedEngine:
         key = digest(payload)
         policy = self.seed_policy_for(request)
         plan = None if not self.uses_pin(request, resolved) or not self.segments else (
-            segments.plan(self, resolved))
+            [p.segment for p in clauses.plan(self, resolved) or []] or None
+            if self.segments == segments.CLAUSES else segments.plan(self, resolved))
         return {"key": key, "payload": payload, "canonical": canonical_bytes(payload).decode(),
                 "seed_policy": describe(resolved, key, policy),
                 "model_policy": self.model_policy,
@@ -280,9 +284,9 @@ class CachedEngine:
         if mode != "use" or not self.uses_pin(request, resolved_request):
             return await self._submit(Flight(), request, resolved_request, key, mode,
                                       started, stream, timeout, channel=True)
-        entry = self.cache.memory.get(key)
-        if entry is not None:
-            return Take.whole(self.hit(resolved_request, key, (entry, "memory"), started))
+        near = self.cache.recall(key)
+        if near is not None:
+            return Take.whole(self.hit(resolved_request, key, near, started))
         flight = self.flights.get(key)
         if flight is None:  # the slower tiers: disk, redis, s3 (X-Cache-Tier says which)
             found = await self.admission.read(self.cache.read_below, key)
@@ -358,8 +362,7 @@ class CachedEngine:
         fingerprint, in privacy mode, can be served only from what is stored)."""
         started = time.perf_counter()
         key = self.key_of(resolved)
-        entry = self.cache.memory.get(key)
-        found = (entry, "memory") if entry is not None else (
+        found = self.cache.recall(key) or (
             await self.admission.read(self.cache.read_below, key))
         if found is None:
             return None
@@ -416,9 +419,9 @@ class CachedEngine:
             started: float) -> Result:
         """A take found in a tier, counted and recorded as a hit."""
         entry, tier = found
-        if tier == "memory":  # recency for the disk tier's eviction, which never saw this read
-            self.cache.disk.note_hit(key)
-        self.count(f"hits_{tier}")
+        if tier == self.cache.in_process.name:  # recency for the folder's eviction, which
+            self.cache.folder.note_hit(key)     # never saw this read
+        self.count(TierCount.HITS.of(tier))
         self.asked(resolved, key, hit=True)
         self.served(resolved, entry)
         self.observer.hit(tier, entry)
@@ -506,10 +509,11 @@ class _Take:
         if self.refusal is None:  # inside the lock, for a take that is really made here
             self.refusal = engine.gate.before(key, resolved, self.caller)
         if self.whole_request and engine.segments:
-            stitched = segments.serve(engine, resolved, key, self.started, progress=sink,
-                                      refusal=self.refusal, caller=self.caller)
-            if stitched is not None:
-                return Made(stitched, stitched.entry, resolved.tenant)
+            served = clauses.serve_mode(engine, engine.segments, resolved, key, self.started,
+                                        sink, self.refusal, self.caller)
+            if served is not None:  # a take with clause joins is not stored whole
+                return Made(served[0], served[0].entry if served[1] else None,
+                            resolved.tenant)
         return self._render(sink)
 
     def _render(self, sink: Progress) -> Made[Result]:
@@ -587,10 +591,6 @@ def _finish(flight: Flight[Result], done: Future[Result]) -> None:
 async def _wait(future: Future[Result], timeout: float | None) -> Result:
     """Wait for a shared result; shielded, so a caller that gives up cancels nothing."""
     return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), timeout)
-
-
-def _check_segments(engine: Engine) -> None:
-    segments.check_engine(engine)
 
 
 def _memo_key(request: SynthesisRequest) -> tuple[Any, ...] | None:

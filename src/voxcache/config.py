@@ -1,13 +1,9 @@
 """Settings: one TOML file plus ``VOXCACHE_*`` environment variables.
 
-This is the only module that reads the environment or a config file. Order of
-precedence, lowest first: defaults, the TOML file, environment variables,
-command-line options. Sizes accept units (``512MB``, ``5GiB``).
-
-Several nodes share takes through the tier list: ``tiers = ["memory", "disk",
-"redis://host:6379/0", "s3://bucket/prefix"]`` in the file, or
-``VOXCACHE_TIERS=memory,disk,redis://host:6379/0,s3://bucket/prefix``; the S3 endpoint and
-credentials come from the standard AWS variables, read by boto3 itself.
+The only module that reads the environment or a config file. Precedence, lowest first:
+defaults, the TOML file, environment variables, command-line options. Sizes take units
+(``512MB``, ``5GiB``); shared tiers are URLs in the tier list (``tiers = ["memory",
+"disk", "redis://…", "s3://bucket/prefix"]``). docs/operating/settings.md is written from here.
 """
 
 from __future__ import annotations
@@ -78,7 +74,7 @@ class Settings:
     (``none``: until evicted or purged)."""
     tiers: tuple[str, ...] = LOCAL_TIERS
     """Tiers in read order: ``memory``, ``disk``, then shared ones (``redis://…``, ``s3://…``;
-    docs/cluster.md). TOML: a list; ``VOXCACHE_TIERS``: spellings separated by commas."""
+    docs/operating/cluster.md). TOML: a list; ``VOXCACHE_TIERS``: spellings separated by commas."""
     shared_write_queue: int = DEFAULT_MAX_BYTES
     """Bytes of takes waiting to be written to each shared tier (per process); past it a
     write is shed (counted): the take is served and stored locally, not shared."""
@@ -92,7 +88,9 @@ class Settings:
     """Log lines as ``text`` (a UTC timestamp, level, logger, message) or ``json`` (one
     object per line); ``--log-format`` on the command line."""
     segments: str = "auto"
-    """Segment mode: ``auto`` (on where the engine splits context-free), ``on``, ``off``."""
+    """Segment mode: ``auto`` (on where the engine splits context-free), ``on`` (or
+    ``sentences``), ``clauses`` (below the sentence, for an engine that declares
+    ``clause_safe``; refused for any other), ``off``."""
     seed_policy: str = "pin"
     """Unseeded requests: ``pin``, ``bypass``, ``variants:N`` (requests may override it)."""
     model_policy: str = "strict"

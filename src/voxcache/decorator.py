@@ -2,33 +2,11 @@
 
     @cached_synthesis(cache, engine_id="my-xtts", model_revision="xtts-v2.0.3",
                       language="ja", voice="anna", tenant="shop-12", segments=True)
-    def speak(text: str, speed: float = 1.0, temperature: float = 0.7) -> tuple[np.ndarray, int]:
-        ...
+    def speak(text: str, speed: float = 1.0) -> tuple[np.ndarray, int]: ...
 
-    result = speak("こんにちは。", temperature=0.7)   # a voxcache Result: .audio, .wav, .cache
-
-The function's keyword parameters become the engine's declared parameters: their
-defaults are resolved before keying (so ``speak("Hi")`` and ``speak("Hi",
-temperature=0.7)`` share a take) and an argument the function does not take is
-refused. Every parameter counts as waveform-shaping — a function cannot tell us
-otherwise, and wrongly leaving one out would serve the wrong audio. The model
-revision is required for the same reason: bump it when the model changes.
-
-The options, each part of the key:
-
-- ``language``: the language the function speaks. A function with a ``language``
-  parameter gives it by its default (the option may then be left out), and hears each
-  call's ``language=`` in the spelling it declared; ``languages`` lists the others it
-  speaks. A function with neither a default nor the option is refused: a guessed
-  language would key Japanese audio as English.
-- ``voice``: the name of the voice the function speaks in, so two functions behind one
-  ``engine_id`` never share a take (not passed to the function; a function that takes a
-  ``voice`` parameter keys it as a parameter instead, and may not have both).
-- ``tenant``: the namespace the takes are stored in (docs/service.md, tenants).
-- ``segments``: key each sentence on its own (docs/segments.md): the function is then
-  called once per sentence, as ``engines.sentences`` splits the text, and a paragraph is
-  its sentences joined with ``segment_gap`` seconds of silence — so a new paragraph
-  renders only the sentences the cache has not heard.
+The function's keyword parameters become the engine's declared parameters (defaults
+filled in before keying, every one waveform-shaping); the model revision and the
+language are required, never guessed. docs/internals/segments.md and README.md have the options.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Encoded variants: mp3/opus/flac deliveries cached next to the one canonical PCM take.
 
-The PCM take is stored once; a delivery format is a pure function of it, so
-an encoding is keyed by ``derived_key(audio_key, "encoded", format=…,
-bitrate=…)`` and stored as an ``encoded`` entry (memory and disk). Encodings
-are the first victims of disk eviction (``tiers.lifecycle.VICTIMS``):
-losing one costs an encode, losing the PCM costs a render.
-
-A format with its own delivery rate (OpenAI's 24 kHz ``pcm``, ``Format.at``) is
-an encoding like any other when the take's rate differs: resampled once, stored
-under a key that names the rate, evicted before its PCM.
-
-The encoder is ``voxcache.formats`` (libsndfile: whatever this machine can
-write); this module only adds the caching around it, on the load-once path every
-take takes (``voxcache.loading``): a burst of requests for one new mp3 encodes it once.
+An encoding is a pure function of the take, keyed ``derived_key(audio_key, "encoded",
+format=…, bitrate=…)`` (a delivery rate in the key when it differs), stored in memory and
+on disk, and evicted before any PCM (``tiers.lifecycle.VICTIMS``): losing one costs an
+encode, losing the PCM a render. Encodings load once (``voxcache.loading``).
 """
 
 from __future__ import annotations

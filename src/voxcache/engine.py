@@ -6,7 +6,7 @@ reference clips, tensors), what it promises (determinism, concurrent renders, ho
 splits text), and ``render`` which yields canonical PCM one sentence at a time.
 Capability flags let the request resolver refuse fields an engine would otherwise
 silently ignore. ``voxcache.testing.engine_contract`` checks every promise;
-docs/extending.md says how to write one.
+docs/internals/extending.md says how to write one.
 """
 
 from __future__ import annotations
@@ -78,6 +78,11 @@ class Engine:
     """Whether the engine renders speech: the quality gate holds a speech take's duration
     against its text and refuses long inner silence (``policies.admit.quality``); an engine
     of tones or effects (``tone``) gets the signal checks alone."""
+    clause_safe: bool = False
+    """True when a clause rendered alone (cut at ``, ; : —``) is the clause as the engine says
+    it inside its sentence, give or take the pause and loudness voxcache sets at the join:
+    ``segments = "clauses"`` is refused for an engine that does not declare it. The contract
+    suite checks that a declared engine renders each clause as one chunk."""
     segment_gap: float = 0.0
     """Seconds of silence the engine puts between sentences (Piper: none). ``render``
     yields each sentence without it; voxcache adds it between consecutive chunks on
@@ -127,6 +132,7 @@ class Engine:
             "determinism": self.determinism,
             "concurrent_renders": self.concurrent_renders,
             "speech": self.speech,
+            "clause_safe": self.clause_safe,
             "params": [spec.describe() for spec in self.params.values()],
         }
 

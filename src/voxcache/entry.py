@@ -1,16 +1,10 @@
 """The stored-object envelope, verified on every read from storage.
 
-Audio entries are ordinary WAV files: ``RIFF/WAVE`` with ``fmt ``, a private
-``vxch`` chunk holding the envelope, then ``data``. Players and ``sox`` skip
-the unknown chunk, and a file server can hand the file out verbatim. Other
-kinds use the same envelope followed directly by the payload (magic ``VXCB``).
-
-The envelope records the format version, kind, the key the object was stored
-under, created/expiry times, content type, audio metadata, the payload length
-and an XXH3-128 checksum over header and payload. ``decode`` checks all of it:
-a file moved under another key, flipped bits, a truncated write or a foreign
-file all raise ``CorruptEntry`` — which the tiers turn into a miss plus a
-quarantine, never into audio.
+Audio entries are WAV files with a private ``vxch`` chunk holding the envelope (players
+skip it; a file server can hand the file out verbatim); other kinds put the envelope
+before the payload (magic ``VXCB``). The envelope names the version, kind, key, times,
+content type, audio metadata, payload length and an XXH3-128 checksum; ``decode`` checks
+all of it, and any mismatch is ``CorruptEntry`` (a miss plus a quarantine, never audio).
 """
 
 from __future__ import annotations

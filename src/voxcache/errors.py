@@ -1,21 +1,10 @@
 """Every error voxcache raises on purpose, in one tree.
 
-    VoxcacheError
-    ├── RequestError            the caller sent something we must refuse (HTTP 4xx)
-    │   ├── InvalidParameter    unknown, mistyped or out-of-range parameter
-    │   ├── UnknownVoice        a voice name the engine (or tenant) does not have
-    │   ├── BadReferenceAudio   reference audio that cannot be decoded or is empty
-    │   ├── UnsupportedFeature  the engine cannot honour a field (instruct, cloning…)
-    │   └── NotFound            no such entry / voice (also for other tenants' ids)
-    ├── CacheDirError           the cache folder cannot be used (not a folder, not writable)
-    ├── TierUnavailable         a shared tier (Redis, S3) is unreachable, slow or refused a call
-    ├── EngineError             the engine failed to render
-    │   ├── MissingDependency   an optional extra is not installed
-    │   │   └── EngineLoadError an engine (a plugin) could not be imported
-    │   └── UpstreamError       a gateway's upstream server failed or answered an error (HTTP 502)
-    └── Overloaded              admission control turned a render away
-
-Messages say what happened, name the offending value, and say what to do.
+``VoxcacheError`` ⊃ ``RequestError`` (HTTP 4xx: ``InvalidParameter``, ``UnknownVoice``,
+``BadReferenceAudio``, ``UnsupportedFeature``, ``NotFound``), ``CacheDirError``,
+``TierUnavailable``, ``EngineError`` (``MissingDependency`` ⊃ ``EngineLoadError``;
+``UpstreamError``, HTTP 502) and ``Overloaded``. Foreign errors are translated into these at
+the boundary. Messages say what happened, name the offending value, and say what to do.
 """
 
 from __future__ import annotations
@@ -75,7 +64,11 @@ class MissingDependency(EngineError):
     """An optional extra is needed for this feature but is not installed."""
 
 
-class EngineLoadError(MissingDependency):
+class PluginLoadError(MissingDependency):
+    """A plugin (an engine, a tier kind) failed to import, or names nothing usable."""
+
+
+class EngineLoadError(PluginLoadError):
     """An engine could not be loaded: its plugin failed to import, or names no engine class."""
 
 

@@ -1,21 +1,10 @@
 """Delivery formats, derived from the one canonical PCM take.
 
-The cache stores 16-bit PCM inside a WAV once; every delivery format is an
-encoding of it, so asking for mp3 after wav is a hit, not a second render.
-Encoders are whatever this machine has (checked at import, not assumed): wav and
-pcm always; flac, mp3 and Ogg Opus when libsndfile can write them; AAC (ADTS, what
-OpenAI's ``aac`` is) through ffmpeg when it is on the PATH — libsndfile has no AAC
-encoder. A format this machine lacks is refused with why and the list of what
-works. Opus only takes 8/12/16/24/48 kHz, so other rates are resampled for it.
-
-A format may carry a delivery rate (``Format.at``): OpenAI's ``pcm`` is 24 kHz
-whatever the engine renders, because raw samples carry no rate and clients
-hard-code it. Resampling is libsoxr's (``soxr``, "HQ"), through one stateful
-stream (``Resampler``), so a take resampled chunk by chunk as it renders is
-sample for sample the take resampled whole (measured against the linear
-interpolation this module used before, 22,050 → 24,000 Hz: a 4 kHz tone keeps
-an SNR of 131 dB instead of 19 dB, 8 kHz 92 dB instead of 7.5 dB, and a 5 s take
-resamples in 2.5 ms instead of 5.5 ms).
+Every delivery format is an encoding of the stored 16-bit PCM, so mp3 after wav is a hit,
+not a render. Encoders are what this machine has, checked at import (libsndfile: flac, mp3,
+Ogg Opus; ffmpeg for AAC); a missing one is refused with the list of what works. A format
+may carry a delivery rate (``Format.at``: OpenAI's 24 kHz ``pcm``), resampled by libsoxr
+through one stateful ``Resampler``, so chunk by chunk equals whole. docs/operating/service.md.
 """
 
 from __future__ import annotations
@@ -70,7 +59,7 @@ _CANDIDATES = (
     Format("flac", "audio/flac", "FLAC", "PCM_16"),
     Format("mp3", "audio/mpeg", "MP3", "MPEG_LAYER_III"),
     Format("opus", "audio/ogg; codecs=opus", "OGG", "OPUS"),
-    Format("aac", "audio/aac", "ADTS", None),  # through ffmpeg (_aac)
+    Format("aac", "audio/aac", "ADTS", None),  # through ffmpeg (aac)
 )
 
 
@@ -124,7 +113,7 @@ def encode(audio: Audio, fmt: Format) -> bytes:
     if fmt.name == "wav":
         return wav_header(audio.sample_rate, audio.channels, len(audio.pcm)) + audio.pcm
     if fmt.name == "aac":
-        return _aac(audio)
+        return aac(audio)
     import soundfile
 
     samples = audio.samples().reshape(-1, audio.channels).astype(np.float32) / 32768.0
@@ -133,14 +122,14 @@ def encode(audio: Audio, fmt: Format) -> bytes:
     return out.getvalue()
 
 
-def _aac(audio: Audio) -> bytes:
+def aac(audio: Audio, bitrate: str = AAC_BITRATE) -> bytes:
     """AAC-LC in ADTS frames, by ffmpeg's native encoder (PCM in on stdin, ADTS out)."""
     ffmpeg = shutil.which("ffmpeg")
     if ffmpeg is None:  # removed since this process started
         raise UnsupportedFeature(NO_FFMPEG)
     command = [ffmpeg, "-nostdin", "-loglevel", "error", "-f", "s16le",
                "-ar", str(audio.sample_rate), "-ac", str(audio.channels), "-i", "pipe:0",
-               "-c:a", "aac", "-b:a", AAC_BITRATE, "-f", "adts", "pipe:1"]
+               "-c:a", "aac", "-b:a", bitrate, "-f", "adts", "pipe:1"]
     try:
         done = subprocess.run(command, input=audio.pcm, capture_output=True, timeout=120,
                               check=False)

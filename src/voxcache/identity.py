@@ -1,17 +1,10 @@
 """The identity an engine keys takes with, as a document an edge can mirror.
 
-An edge keys a request exactly as its center does only if it resolves it exactly
-as the center does: the same engine id and model revision (both are in the key),
-the same declared parameters with the same defaults (defaults are filled in before
-hashing), the same voice names, aliases and default voice, the same languages and
-default language, and the same capability flags (what is refused). ``GET
-/v1/engine`` leaves some of these out, so the center serves this document
-(``GET /v1/packs/identity``) and every pack manifest carries it.
-
-A node records the identity its takes are keyed with in ``packs/identity.json``
-in its cache folder: a center when it starts serving, an edge when it learns its
-center's, ``pack import`` when a pack brings a newer one. An edge that starts
-while its center is unreachable keys with that record, so it serves what it holds.
+An edge keys a request as its center does only if it resolves it the same way: engine id,
+model revision, declared parameters and defaults, voices, aliases, languages and
+capability flags. The center serves it (``GET /v1/packs/identity``), every pack manifest
+carries it, and a node records it in ``packs/identity.json`` so an edge whose center is
+unreachable still keys what it holds. docs/operating/edge.md, "The edge".
 """
 
 from __future__ import annotations

@@ -3,17 +3,9 @@
     look up → join the key's flight, or lead it → the machine lock, then the node lease
             → look again inside the lock → make → admit → publish
 
-Shaped like groupcache's ``Group.load`` and dogpile's ``get_or_create``. Takes
-(``cached``), stage artifacts (``stages``) and encoded deliveries (``encoded``) all load
-through it, so each key is made once per machine and, with a Redis tier, once per
-fleet — and whichever copy of a duplicate render loses publication is dropped
-(``Cache.put`` returns the key's take; ``Flight.land`` hands it to later joiners).
-
-A miss reads the tiers twice at most: once before the flight (``looked=True`` when the
-caller did that read itself, as the asyncio path does on the event loop) and once
-inside the lock (another process or node may have made it meanwhile).
-
-A recipe says what a kind of value is made of (``Recipe``); this module owns the order.
+Takes, stage artifacts and encoded deliveries load through it, so a key is made once per
+machine and, with Redis, once per fleet; a duplicate that loses publication is dropped.
+A ``Recipe`` says what a kind of value is made of. docs/internals/design.md, "Load once".
 """
 
 from __future__ import annotations
@@ -104,8 +96,7 @@ class Loader:
         where another process or node may have stored it, memory has nothing new — a take
         published in this process is on disk before it is in memory)."""
         if private:
-            entry = self.cache.memory.get(key, kind)
-            return None if entry is None else (entry, "memory")
+            return self.cache.recall(key, kind)
         if below_memory:
             return self.cache.read_below(key, kind)
         return self.cache.get(key, kind)
@@ -174,7 +165,7 @@ class Loader:
                 if flight.followers:
                     time.sleep(HANDOFF_SECONDS)  # let the woken waiters run before the write
                 if private:  # a value private to this process lives in its memory alone
-                    held = self.cache.memory.put(made.entry, tenant=made.tenant)
+                    held = self.cache.in_process.put(made.entry, tenant=made.tenant)
                 else:
                     held = self.cache.put(made.entry, tenant=made.tenant, wait=PUBLISH_WAIT)
                 value = recipe.published(made.value, held or None)

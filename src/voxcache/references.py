@@ -1,31 +1,11 @@
 """Reference clips named by path: the only code that opens a path a client chose.
 
-GPT-SoVITS clients name their reference clip by a path on the server
-(``ref_audio_path``). Read naively, that field reads any file the process can:
-it tells which paths exist, ``/dev/zero`` grows the process until it dies, and
-one tenant clones from another's stored clip. So a path is read only inside
-folders the operator names (``reference_roots``), and only this way:
-
-- refused outright when no roots are configured;
-- ``..`` components refused; a relative path resolves under a root, an
-  absolute one must already lie inside a root (compared as written, so nothing
-  outside is even looked at);
-- tenant-scoped: a tenant reads ``<root>/<tenant>/`` only (the whole root is the
-  single tenant's when the service has no API keys);
-- symlinks are resolved and must stay inside; the resolved file is opened with
-  ``O_NOFOLLOW`` (a final component swapped for a symlink after the check fails
-  to open) and the kernel's own name for what was opened
-  (``/proc/self/fd/N``) must lie inside too, which closes the window in which
-  a folder on the way is swapped for a symlink;
-- regular files only (``fstat``: no devices, FIFOs, sockets or folders; the
-  open is non-blocking, so a FIFO cannot hang it), no larger than the cap, and
-  never more than cap + 1 bytes read.
-
-Whatever the reason — missing, outside, a symlink out, unreadable, not a file —
-the caller sees one message and one status, so the answer says nothing about
-the world outside the roots. The reason goes to the server log (DEBUG) for the
-operator. A file one can hard-link into a root is, by design, inside: roots
-must not be writable by people who may not read what they link.
+A path is read only inside the operator's ``reference_roots`` (a tenant under
+``<root>/<tenant>/``), without ``..``, symlinks resolved and re-checked, opened with
+``O_NOFOLLOW`` and checked again by the kernel's name for the open file, regular files
+only, capped in size. Every refusal looks the same to the caller (the reason is logged
+at DEBUG), so an answer says nothing about the world outside the roots.
+docs/operating/security.md, "Reference paths", has the whole story and what it leaves out.
 """
 
 from __future__ import annotations

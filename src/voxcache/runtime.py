@@ -24,7 +24,7 @@ def open_cache(settings: Settings, settled: bool = False) -> Cache:
     holds every stored entry (``DiskTier.settle``), for commands that report from it."""
     cache = Cache(settings.cache_dir, settings.cache_config())
     if settled:
-        cache.disk.settle()
+        cache.folder.settle()
     return cache
 
 

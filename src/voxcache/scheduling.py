@@ -1,27 +1,11 @@
 """Admission control: bounded render slots with priorities, a bounded backlog, an I/O pool.
 
-Renders hold a CPU (or a GPU upstream) for seconds; hits take microseconds
-(memory) or a file read (disk). If they shared one pool, a burst of misses
-would make every hit wait, so they never do: memory hits are answered on the
-event loop, reads of slower tiers run in ``io`` (its own threads), and a miss
-runs in a miss thread of its own, where it waits for one of ``concurrency``
-render slots only when it really renders (a stitch of stored sentences, a
-stale take or another process's render takes no slot).
-
-A render that would make more than ``concurrency + queue`` renders running or
-waiting is refused at once with ``Overloaded`` (503 + Retry-After): a fast no
-beats an unbounded wait. Misses that need no render are never refused for it,
-and the miss threads have room for ``SPARE_MISS_THREADS`` of them beyond the
-render backlog, so such a miss never waits behind a render for a thread.
-Waiting renders take slots in priority order — ``INTERACTIVE`` before
-``BACKGROUND`` (warm-up jobs, re-renders of stale takes), first come first
-served within one — so a warm list of a thousand phrases never makes a listener
-wait behind it for more than the renders already running.
-
-This lives in the core because the orchestrator decides *when* a request
-renders; the service only sets the limits (``[service] render_concurrency``,
-``render_queue``, ``io_threads``). A library user gets ``Admission.unbounded()``:
-renders run in the caller's thread without waiting.
+Hits never wait behind renders: memory hits answer on the event loop, slower tiers read
+in ``io``, and a miss runs in a thread of its own that takes one of ``concurrency`` render
+slots only when it really renders. A render past ``concurrency + queue`` is refused at
+once with ``Overloaded`` (503 + Retry-After); waiting renders go ``INTERACTIVE`` before
+``BACKGROUND``. A library user gets ``Admission.unbounded()``. docs/operating/service.md,
+"Admission control".
 """
 
 from __future__ import annotations

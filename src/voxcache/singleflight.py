@@ -1,17 +1,11 @@
 """One render per key, however many ask: in-process flights and cross-process file locks.
 
-A ``Flight`` is one load in progress. Its leader says how it is served (``begin``),
-hands over each chunk as it exists (``chunk``), settles the value the moment it exists
-(``settle``: everyone waiting then has it) and lands it once it is published
-(``land``: what a caller that joins later gets, so nobody joining after publication
-is handed a take that lost the race to be the key's). Threads and coroutines wait on
-the same flight: threads on a condition, coroutines on one future per event loop,
-set by one call per change, so every waiter of a loop wakes in one pass.
-
-Across processes on one machine, the leader takes an exclusive ``flock`` on a per-key
-lock file: the kernel drops it when a process dies, so a crashed renderer never
-strands the others. Every wait is bounded; a waiter that gives up renders itself (a
-duplicate render beats a stuck request, and publication makes it converge).
+A ``Flight`` is one load in progress: its leader says how it is served (``begin``), hands
+over chunks (``chunk``), settles the value (``settle``) and lands the published one
+(``land``, what later joiners get). Threads wait on a condition, coroutines on one future
+per event loop. Across processes the leader holds a per-key ``flock`` (dropped by the
+kernel when a process dies); every wait is bounded, and a waiter that gives up renders
+itself — publication makes duplicates converge. docs/internals/design.md, "Load once".
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """Encoding a take while it renders: mp3 and Ogg Opus bytes sent as libsndfile makes them.
 
-libsndfile writes a file front to back, except what it rewrites when it closes it.
-Watched through a file object (``_Sink``), per format:
-
-- **Opus** (Ogg pages) is only ever appended: every byte can go out as it is written.
-- **MP3**: the first write is LAME's info frame — a frame header and zeros, filled in
-  (Xing/Info, frame count, gapless padding) when the file closes; everything after it
-  is appended. The stream leaves that
-  frame out — plain MPEG frames, as an internet radio sends them, which every decoder
-  plays; a take sent whole (a hit) keeps it.
-- **FLAC** rewrites STREAMINFO, in the middle of bytes that would have been sent: it
-  cannot stream (``STREAMS`` lacks it), and nor can anything libsndfile cannot write.
-
-Should libsndfile ever rewrite a byte already sent, ``StreamEncodeError`` is raised
-rather than a corrupt stream carried on (the service then cuts the response off).
+Opus pages are only ever appended; an MP3 stream leaves out LAME's info frame (filled in
+when the file closes) and sends plain MPEG frames, as internet radio does; FLAC rewrites
+STREAMINFO mid-file and so cannot stream (``STREAMS`` lacks it). Should libsndfile ever
+rewrite a byte already sent, ``StreamEncodeError`` is raised rather than a corrupt stream
+carried on. docs/operating/service.md, "Streaming".
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """Tensor entries: a standard safetensors file with voxcache's envelope in ``__metadata__``.
 
-Embeddings, prompt features, token takes and session state are arrays, so they
-are stored as the file format the model world already reads: any safetensors
-loader (``safetensors.numpy.load_file``, ``safe_open``, the Rust crate) opens a
-cache file as it is, and nothing in it can execute code when loaded — no pickle
-on either side. torch tensors are converted to numpy at the boundary
-(``as_numpy``), so this module never imports torch.
-
-``__metadata__`` holds exactly one key, ``voxcache``, whose value is the canonical
-JSON ``{"checksum": …, "header": …}``: the same header audio entries carry (kind,
-key, created/expiry, tenant and the inputs' description in ``meta``) and an
-XXH3-128 over that header, the tensors' descriptors (names, dtypes, shapes,
-offsets) and the data section. One key, because the Rust writer keeps metadata
-in a hash map whose order changes from process to process.
-
-``decode_tensor_entry`` verifies every byte: the checksum covers the header, the
-descriptors and every data byte; every other byte (the length prefix, the JSON
-punctuation, order, spacing, escapes and padding) is compared with the header the
-library writes for those values, rebuilt from the rules it writes by (checked against
-the installed library in ``tests/core/test_hit_path_verification.py``) — not by
-loading the tensors and serialising them again, which cost ~15 µs a hit. A flip
-anywhere is a ``CorruptEntry`` — which the tiers turn into a miss plus a quarantine.
+Any safetensors loader opens a cache file as it is, and nothing in it can execute code
+(no pickle on either side; torch tensors become numpy at the boundary, ``as_numpy``).
+``__metadata__`` holds one key, ``voxcache``: the entry header and an XXH3-128 over it, the
+tensors' descriptors and the data. ``decode_tensor_entry`` verifies every byte without
+re-serialising; a flip anywhere is ``CorruptEntry``. docs/internals/stages.md, "Storage".
 """
 
 from __future__ import annotations
@@ -114,9 +98,10 @@ def decode_tensor_entry(blob: bytes, expected_key: str) -> Entry:
     Every byte is covered without loading the tensors or serialising them again (that
     round trip was ~15 µs of a ~23 µs hit). The checksum covers the header JSON, the
     descriptors and the data. Every other byte is compared with what the writer puts
-    there for those values: the envelope text around the header JSON (``_envelope_text``),
-    and the safetensors header the library writes around the envelope — the length, the
-    JSON's order, spacing and escapes, the padding (``_LEAD``, ``_descriptors_of``).
+    there for those values (``_head``). The safetensors header (everything before the data)
+    is checked once per distinct byte string and remembered (``_HEADS``): a later read of
+    the same entry compares its header byte for byte with the one checked, then hashes the
+    header JSON, descriptors and data again and compares the checksum, as every read does.
     """
     total = len(blob)
     if total < _TEXT_AT or not blob.startswith(_LEAD, _LENGTH.size):
@@ -125,19 +110,51 @@ def decode_tensor_entry(blob: bytes, expected_key: str) -> Entry:
     if data_at > total or (data_at - _LENGTH.size) % _ALIGN:
         raise CorruptEntry("safetensors header length is not one the library writes "
                            "(truncated?)")
+    head = blob[:data_at]
+    header, header_json, descriptors, checksum = (
+        _head if data_at <= _HEAD_MEMO_MAX else _head.__wrapped__)(head)
+    if header.length != total - data_at:
+        raise CorruptEntry("file length does not match the envelope (truncated?)")
+    digest = xxhash.xxh3_128(header_json)
+    digest.update(descriptors)
+    digest.update(memoryview(blob)[data_at:])
+    if digest.digest() != checksum:
+        raise CorruptEntry("checksum mismatch")
+    if header.key != expected_key:
+        raise CorruptEntry(f"stored under {header.key}, found at {expected_key}")
+    return _entry(header, blob, data_at)
+
+
+_HEADS = 1024
+"""Safetensors headers remembered as checked (``_head``): at most ``_HEADS`` ×
+``_HEAD_MEMO_MAX`` bytes (~4 MB), enough for the hot speaker embeddings of a service."""
+_HEAD_MEMO_MAX = 4096
+
+
+@lru_cache(maxsize=_HEADS)
+def _head(head: bytes) -> tuple[EntryHeader, bytes, bytes, bytes]:
+    """Check a safetensors header (the file's bytes before its data) byte by byte; return
+    the entry header, what the checksum covers of it (the header JSON, the descriptors
+    between separators) and the checksum. Raises ``CorruptEntry``; the data length is
+    ``header.length``, which the layout is held to.
+
+    The envelope text and the layout are compared with what the writer puts there for
+    those values: the envelope text around the header JSON (``_envelope_text``), and the
+    safetensors header the library writes around it — the length, the JSON's order,
+    spacing and escapes, the padding (``_LEAD``, ``_descriptors_of``). A pure function of
+    the bytes, so it is memoised (an exception is not); the caller hashes the data."""
     # Where the envelope's JSON string ends: the one '}"}' a header the library writes
     # holds (the text ends with '}'; every '"' inside a string is escaped; a descriptor's
     # strings are followed by ':' or ','). Searched from the end, where it is near; a
     # wrong guess in a damaged file fails the comparisons below.
-    text_end = blob.rfind(b'}"}', _TEXT_AT, data_at) + 2  # just past the closing quote
-    escaped = blob[_TEXT_AT - 1:text_end]  # the JSON string, quotes included
+    text_end = head.rfind(b'}"}', _TEXT_AT) + 2  # just past the closing quote
+    escaped = head[_TEXT_AT - 1:text_end]  # the JSON string, quotes included
     try:
         text = _TEXT.decode(escaped)
     except msgspec.DecodeError:
         raise CorruptEntry("tensor envelope is not a JSON string") from None
-    rest = blob[text_end:data_at]
-    layout = (_descriptors_of if len(rest) <= _MEMO_MAX else _descriptors_of.__wrapped__)(rest)
-    if layout is None or layout[1] != total - data_at or _ENCODE(text) != escaped:
+    layout = _descriptors_of(head[text_end:])
+    if layout is None or _ENCODE(text) != escaped:
         raise CorruptEntry("file layout does not match the envelope")
     if not (text.startswith(_OPENING) and text.startswith(_MIDDLE, _CHECKSUM_END)
             and text.endswith("}")):
@@ -149,16 +166,15 @@ def decode_tensor_entry(blob: bytes, expected_key: str) -> Entry:
         raise CorruptEntry("tensor envelope header unreadable") from None
     if header.kind not in TENSOR_KINDS:
         raise CorruptEntry(f"a safetensors file holding kind {header.kind!r}")
-    if header.length != total - data_at:
+    if header.length != layout[1]:
         raise CorruptEntry("file length does not match the envelope (truncated?)")
-    digest = xxhash.xxh3_128(header_json.encode())
-    digest.update(layout[0])
-    digest.update(memoryview(blob)[data_at:])
-    if digest.hexdigest() != text[_CHECKSUM_AT:_CHECKSUM_END]:
+    try:
+        checksum = bytes.fromhex(text[_CHECKSUM_AT:_CHECKSUM_END])
+    except ValueError:
+        raise CorruptEntry("checksum mismatch") from None
+    if checksum.hex() != text[_CHECKSUM_AT:_CHECKSUM_END]:  # upper case, spaces: not ours
         raise CorruptEntry("checksum mismatch")
-    if header.key != expected_key:
-        raise CorruptEntry(f"stored under {header.key}, found at {expected_key}")
-    return _entry(header, blob, data_at)
+    return header, header_json.encode(), layout[0], checksum
 
 
 def load_tensors(blob: bytes | Entry) -> dict[str, np.ndarray]:
@@ -218,9 +234,6 @@ _LEAD = b'{"__metadata__":{"%s":"' % METADATA_KEY.encode()
 """How the library's header starts when ``__metadata__`` holds just ``voxcache``."""
 _TEXT_AT = _LENGTH.size + len(_LEAD)  # the envelope text's first (escaped) byte
 _ALIGN = 8  # the library pads its header with spaces to a multiple of 8 bytes
-_MEMO_MAX = 4096
-"""Descriptors longer than this (hundreds of tensors, or a planted giant header) are not
-memoised, so ``_descriptors_of``'s 256 cached results hold at most ~1 MB."""
 _TEXT = msgspec.json.Decoder(str)
 _TENSORS = msgspec.json.Decoder(dict[str, _Tensor])
 _HEADER = msgspec.json.Decoder(EntryHeader)
@@ -238,7 +251,6 @@ _SET_BLOB = Entry.blob.__set__  # type: ignore[attr-defined]
 _SET_OFFSET = Entry.payload_offset.__set__  # type: ignore[attr-defined]
 
 
-@lru_cache(maxsize=256)
 def _descriptors_of(rest: bytes) -> tuple[bytes, int] | None:
     """What follows the envelope in a safetensors header the library writes — the close
     of ``__metadata__``, the descriptors, the padding — as what the checksum covers of it
@@ -251,10 +263,7 @@ def _descriptors_of(rest: bytes) -> tuple[bytes, int] | None:
     its size; writes compact JSON (serde_json: ``__metadata__`` first, each descriptor's
     fields in ``_Tensor``'s order, msgspec's string escapes) and pads it with fewer than 8
     spaces to a multiple of 8 bytes (the caller checks the multiple).
-    ``tests/core/test_hit_path_verification.py`` holds this against the installed library.
-
-    A pure function of the bytes, so it is memoised: the entries of one stage share their
-    descriptors, and a lookup still compares every byte of them."""
+    ``tests/core/test_hit_path_verification.py`` holds this against the installed library."""
     body = rest.rstrip(b" ")
     if len(rest) - len(body) >= _ALIGN:
         return None

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import leaks
+from gate_helpers import leaks
 
 from voxcache import Cache, CachedEngine, SynthesisRequest
 from voxcache.engines.tone import ToneEngine

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import leaks, serve
+from gate_helpers import leaks, serve
 
 ADMIN = "admin-key-00000001"
 ALICE, BOB = "shop-key-alice-01", "shop-key-bob-0002"

@@ -37,7 +37,7 @@ from voxcache.testing.servers import (
 
 START_LIMIT = 90.0
 BOUND = 3.0
-"""What the tests allow for news to reach every node (docs/cluster.md states 0.25 s while
+"""What the tests allow for news to reach every node (docs/operating/cluster.md states 0.25 s while
 Redis answers; a loaded 2-core CI machine gets slack)."""
 
 

@@ -114,7 +114,7 @@ def test_a_redis_that_comes_back_empty_makes_nodes_drop_their_memory(
     until(lambda: b.cache.session_counts().get("bus_gaps", 0) >= 1, 30,
           "b to notice it cannot prove it missed nothing")
     assert not _in_memory(b, key)  # dropped: it cannot be proven fresh
-    assert _on_disk(b, key)  # the disk tier is kept (docs/cluster.md says why)
+    assert _on_disk(b, key)  # the disk tier is kept (docs/operating/cluster.md says why)
 
 
 def test_news_published_while_redis_is_down_is_sent_when_it_is_back(

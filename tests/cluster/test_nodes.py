@@ -7,7 +7,7 @@ same moto S3 server behind both). What a deployment of several nodes is promised
   ``s3`` when Redis lost it), with the same samples;
 - many callers of one new key on every node at once: exactly one render in total;
 - a purge on any node, or from the CLI, stops every node serving the take within the
-  bound (docs/cluster.md), and is published once (no echo);
+  bound (docs/operating/cluster.md), and is published once (no echo);
 - a damaged object in Redis or S3 is detected, counted and rendered again, never served;
 - pins reach every node; the tiers' health is in ``/readyz`` and ``/metrics``.
 """

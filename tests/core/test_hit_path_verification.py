@@ -23,6 +23,7 @@ import pytest
 import safetensors.numpy
 import xxhash
 
+from voxcache import tensors
 from voxcache.entry import CorruptEntry, Entry, decode
 from voxcache.tensors import tensor_entry
 from voxcache.testing.stored import undetected_flips
@@ -110,6 +111,40 @@ def test_a_flip_at_every_offset_of_a_rich_entry_is_detected() -> None:
     entry = rich_entry()
     missed = undetected_flips(entry.blob, KEY, (0x01, 0x20, 0x80))
     assert missed == [], f"undetected flips at {missed[:5]} of {len(entry.blob)} bytes"
+
+
+def test_a_header_checked_once_still_guards_every_later_read() -> None:
+    """The checked header is remembered (a hot embedding's hit skips re-checking it), but
+    each read still compares its header bytes with the remembered one and hashes the data:
+    after a clean read, every flip, a move to another key and a cut are still refused."""
+    entry = rich_entry()
+    tensors._head.cache_clear()
+    assert decode(entry.blob, KEY).header == entry.header  # remembered from here on
+    missed = undetected_flips(entry.blob, KEY, (0x01, 0x80))
+    assert missed == [], f"undetected flips at {missed[:5]} of {len(entry.blob)} bytes"
+    for blob, key in ((entry.blob, "ef" * 32), (entry.blob[:-1], KEY),
+                      (entry.blob + b"\0", KEY)):
+        with pytest.raises(CorruptEntry):
+            decode(blob, key)
+    before = tensors._head.cache_info().hits
+    assert decode(entry.blob, KEY).blob == entry.blob
+    assert tensors._head.cache_info().hits > before  # the remembered header was used
+
+
+def test_remembered_headers_are_bounded() -> None:
+    """At most ``_HEADS`` headers of at most ``_HEAD_MEMO_MAX`` bytes: a stream of distinct
+    entries, or one giant planted header, cannot grow the process."""
+    tensors._head.cache_clear()
+    for i in range(tensors._HEADS + 50):
+        entry = tensor_entry(f"{i:064x}", "embedding", {"e": np.ones(2, np.float32)})
+        decode(entry.blob, entry.header.key)
+    assert tensors._head.cache_info().currsize == tensors._HEADS
+    tensors._head.cache_clear()
+    many = {f"t{i:04d}": np.ones(1, np.float32) for i in range(200)}  # a header over 4 KB
+    big = tensor_entry(KEY, "session", many)
+    assert struct.unpack_from("<Q", big.blob)[0] > tensors._HEAD_MEMO_MAX
+    assert decode(big.blob, KEY).header == big.header
+    assert tensors._head.cache_info().currsize == 0
 
 
 # -- the same JSON, laid out otherwise -------------------------------------------------------

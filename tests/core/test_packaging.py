@@ -31,7 +31,7 @@ from voxcache.testing.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-UNIT = ROOT / "docs" / "voxcache.service"
+UNIT = ROOT / "docs" / "operating" / "voxcache.service"
 
 
 def requirements() -> list[Requirement]:

@@ -1,8 +1,8 @@
-"""docs/settings.md is the settings code, written out: no setting undocumented, no stale
+"""docs/operating/settings.md is the settings code, written out: no setting undocumented, no stale
 line, no environment name that the loaders do not read.
 
 To refresh it after changing a setting: ``python -m voxcache.cli.settings_doc >
-docs/settings.md``.
+docs/operating/settings.md``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from voxcache.service.options import ServiceOptions, service_options
 from voxcache.service.sampler import DashboardSettings, dashboard_settings
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "settings.md"
+DOC = ROOT / "docs" / "operating" / "settings.md"
 
 SAMPLES = {
     "cache_dir": "/srv/voxcache-elsewhere", "engine": "tone", "log_format": "json",
@@ -43,7 +43,8 @@ SAMPLES = {
 
 def test_the_reference_is_what_the_code_writes() -> None:
     assert DOC.read_text(encoding="utf-8") == render(), (
-        "docs/settings.md is stale: run python -m voxcache.cli.settings_doc > docs/settings.md")
+        "docs/operating/settings.md is stale: run "
+        "python -m voxcache.cli.settings_doc > docs/operating/settings.md")
 
 
 def test_every_setting_is_in_the_reference() -> None:

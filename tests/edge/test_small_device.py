@@ -1,6 +1,6 @@
 """A small device at its caps: an edge that keeps the few voices its clients use.
 
-The documented small-device settings (docs/edge.md) bound the memory tier per kind, the
+The documented small-device settings (docs/operating/edge.md) bound the memory tier per kind, the
 disk in bytes and in entries. Here an edge under such caps serves three of a center's
 six voices; then a pull brings all six. The caps hold throughout, every take of the
 three voices in use survives (the eviction score ranks what is asked for above what

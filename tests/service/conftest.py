@@ -8,15 +8,11 @@ subprocess (for --workers, startup logs and shutdown).
 from __future__ import annotations
 
 import contextlib
-import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import uvicorn
 
@@ -26,7 +22,7 @@ from voxcache.config import Settings
 from voxcache.engines.tone import ToneEngine
 from voxcache.service import create_app
 from voxcache.service.options import ServiceOptions, service_options
-from voxcache.testing.servers import free_port
+from voxcache.testing.servers import free_port, serve_process
 
 
 class LiveServer:
@@ -94,44 +90,6 @@ def tone_server(make_app: AppFactory) -> Iterator[tuple[LiveServer, CachedEngine
     app, cached = make_app()
     with LiveServer(app) as live:
         yield live, cached
-
-
-@contextlib.contextmanager
-def serve_process(cache_dir: Path, *args: str, engine: str = "tone",
-                  config: Path | None = None, env: dict[str, str] | None = None,
-                  ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """Run ``voxcache serve`` as a subprocess; yield its URL once /readyz answers.
-
-    ``env`` adds variables (``VOXCACHE_SERVICE_*`` settings) to a clean environment."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "voxcache.cli", "--cache-dir", str(cache_dir),
-           "--engine", engine]
-    if config is not None:
-        cmd += ["--config", str(config)]
-    cmd += ["serve", "--port", str(port), *args]
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**clean, **(env or {})})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"voxcache serve exited: {proc.stdout.read()}")  # type: ignore[union-attr]
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError("voxcache serve did not become ready")
-            time.sleep(0.1)
-        yield url, proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture

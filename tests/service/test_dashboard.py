@@ -6,7 +6,7 @@ figure is the one ``/v1/stats`` gives, the top-misses list shows the phrase that
 was missed, and its warm button (a background-priority render through the
 public API) turns the next request for it into a HIT; its pin button pins it.
 Screenshots at 1400 px and 390 px are saved under the test's tmp path
-(``VOXCACHE_UPDATE_SCREENSHOT=1`` also copies the wide one to docs/dashboard.png).
+(``VOXCACHE_UPDATE_SCREENSHOT=1`` also copies the wide one to docs/operating/dashboard.png).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "operating"
 needs_chromium = pytest.mark.skipif(not shutil.which("chromium"), reason="needs Debian's chromium")
 
 CHARTS_JS = """() => {

@@ -3,7 +3,7 @@
 Several ``voxcache serve`` processes (or ``--workers``) share one cache folder; each
 keeps its own memory tier. A ``DELETE`` answered by one, or ``voxcache purge`` from
 the CLI, used to leave the take in the others' memory: they kept answering HIT
-until restarted. The bound stated in docs/design.md is ``POLL_SECONDS`` (0.1 s) plus
+until restarted. The bound stated in docs/internals/design.md is ``POLL_SECONDS`` (0.1 s) plus
 a read; the tests allow 2 s so a loaded CI machine does not flake.
 """
 

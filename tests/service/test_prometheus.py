@@ -3,11 +3,11 @@
 - Prometheus, started on a free port with its own config and data folder, scrapes the
   service with an ``[admin]`` key as a bearer token and answers a query for the hit
   counter with what ``/v1/stats`` says; a job without the key is refused (401).
-- ``promtool check rules`` passes on docs/prometheus-rules.yml, Prometheus loads the
+- ``promtool check rules`` passes on docs/operating/prometheus-rules.yml, Prometheus loads the
   rules and evaluates every one without error, and ``promtool test rules`` shows each
   alert firing on its condition and quiet beside it.
-- Every expression of docs/grafana-dashboard.json runs on that Prometheus, and every
-  metric it or the rules name is one the service exports; docs/metrics.md documents
+- Every expression of docs/operating/grafana-dashboard.json runs on that Prometheus, and every
+  metric it or the rules name is one the service exports; docs/operating/metrics.md documents
   exactly the families the service exports.
 """
 
@@ -29,10 +29,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from voxcache.testing.servers import PrometheusServer
 
 ROOT = Path(__file__).resolve().parents[2]
-RULES = ROOT / "docs" / "prometheus-rules.yml"
+RULES = ROOT / "docs" / "operating" / "prometheus-rules.yml"
 RULE_TESTS = Path(__file__).with_name("prometheus-rules.test.yml")
-GRAFANA = ROOT / "docs" / "grafana-dashboard.json"
-METRICS_DOC = ROOT / "docs" / "metrics.md"
+GRAFANA = ROOT / "docs" / "operating" / "grafana-dashboard.json"
+METRICS_DOC = ROOT / "docs" / "operating" / "metrics.md"
 PROMETHEUS, PROMTOOL = shutil.which("prometheus"), shutil.which("promtool")
 needs_prometheus = pytest.mark.skipif(not (PROMETHEUS and PROMTOOL),
                                       reason="needs Debian's prometheus package")

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from voxcache.cache import Cache
+from voxcache.protocols.cosyvoice.prompts import CosyVoicePrompts
+from voxcache.protocols.gpt_sovits.prompts import GPTSoVITSPrompts
 from voxcache.stages import StageCache
-from voxcache.stages.cosyvoice import CosyVoicePrompts
-from voxcache.stages.gpt_sovits import GPTSoVITSPrompts
 
 torch = pytest.importorskip("torch", reason="needs the [embeddings] extra (torch)")
 from .standins import TTS, CosyVoice2  # noqa: E402

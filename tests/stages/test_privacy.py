@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import soundfile
 
+from voxcache.protocols.cosyvoice.prompts import CosyVoicePrompts
+from voxcache.protocols.gpt_sovits.prompts import GPTSoVITSPrompts
 from voxcache.stages import StageCache
-from voxcache.stages.cosyvoice import CosyVoicePrompts
 from voxcache.stages.embeddings import SpeakerEmbeddings
-from voxcache.stages.gpt_sovits import GPTSoVITSPrompts
 from voxcache.tiers.index import Index
 
 torch = pytest.importorskip("torch", reason="needs the [embeddings] extra (torch)")

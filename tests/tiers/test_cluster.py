@@ -141,8 +141,8 @@ def _marked_failed(node, port: int) -> bool:
 
 
 def test_a_lost_shard_leaves_the_other_shards_serving(tmp_path: Path, prefix: str):
-    """Three masters, no replicas, ``cluster-require-full-coverage no`` (docs/cluster.md): one
-    master killed costs its own slots only."""
+    """Three masters, no replicas, ``cluster-require-full-coverage no``
+    (docs/operating/cluster.md): one master killed costs its own slots only."""
     with RedisClusterServers(tmp_path, masters=3,
                              extra=("--cluster-require-full-coverage", "no")) as cluster:
         tier = RedisTier.from_url(cluster.url, prefix=prefix, timeout=0.3,

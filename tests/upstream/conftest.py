@@ -9,7 +9,8 @@ import pytest
 from fastapi import FastAPI
 
 from voxcache.cached import CachedEngine
-from voxcache.service.routes import cosyvoice, gpt_sovits
+from voxcache.protocols.cosyvoice import route as cosyvoice
+from voxcache.protocols.gpt_sovits import route as gpt_sovits
 
 from .servers import PiperHttpServer, piper_http_server
 

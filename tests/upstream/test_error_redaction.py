@@ -12,9 +12,9 @@ import pytest
 from voxcache import Cache, CachedEngine, SynthesisRequest
 from voxcache.engines.tone import ToneEngine
 from voxcache.errors import EngineError, UpstreamError
+from voxcache.protocols.gpt_sovits.fields import reference_params
 from voxcache.references import ReferenceFolders
 from voxcache.upstream import load_upstream
-from voxcache.upstream.gpt_sovits import reference_params
 from voxcache.upstream.http import error_message
 
 from .conftest import gateway_app

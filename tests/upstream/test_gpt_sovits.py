@@ -17,9 +17,9 @@ import pytest
 from voxcache import Cache, CachedEngine, SynthesisRequest
 from voxcache.audio import Audio
 from voxcache.errors import BadReferenceAudio, InvalidParameter, UnsupportedFeature, UpstreamError
+from voxcache.protocols.gpt_sovits.fields import reference_params
 from voxcache.references import ReferenceFolders
 from voxcache.upstream import load_upstream
-from voxcache.upstream.gpt_sovits import reference_params
 
 from .conftest import gateway_app
 from .servers import serve_app

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from voxcache.errors import BadReferenceAudio, InvalidParameter, UnsupportedFeature
+from voxcache.protocols.gpt_sovits.mapping import FIELDS, parse_streaming_mode, tts_call
 from voxcache.references import ReferenceFolders
-from voxcache.upstream.gpt_sovits_api import FIELDS, parse_streaming_mode, tts_call
 
 from .conftest import gateway_app
 from .servers import serve_app

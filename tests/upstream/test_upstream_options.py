@@ -1,8 +1,8 @@
-"""Every upstream option docs/gateway.md documents is accepted, by every kind it names — and a
-kind takes no option the table leaves out.
+"""Every upstream option docs/operating/gateway.md documents is accepted, by every kind it
+names — and a kind takes no option the table leaves out.
 
-``upstream_options = {timeout = 20}``, as docs/edge.md wrote it, stopped ``serve`` at start
-with a ``TypeError`` (the service passed ``timeout`` itself, from ``upstream_timeout``).
+``upstream_options = {timeout = 20}``, as docs/operating/edge.md wrote it, stopped ``serve``
+at start with a ``TypeError`` (the service passed ``timeout`` itself, from ``upstream_timeout``).
 Each kind is loaded the way ``serve`` loads it (``runtime.load_configured_engine``) against
 a real server that speaks its protocol (the hostile stand-in's well-behaved side).
 """
@@ -20,11 +20,11 @@ from voxcache.config import Settings
 from voxcache.engine import accepted_options
 from voxcache.errors import InvalidParameter
 from voxcache.runtime import load_configured_engine
-from voxcache.upstream import KINDS, load_upstream
+from voxcache.upstream import UPSTREAMS, load_upstream, upstream_class
 
 from .servers import hostile_server
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "gateway.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "operating" / "gateway.md"
 INTERNAL = {"references"}
 """Set by the service from ``reference_roots``, never by the operator."""
 REFUSED = {("voxcache", "revision")}
@@ -32,14 +32,14 @@ REFUSED = {("voxcache", "revision")}
 
 
 def documented() -> dict[str, set[str]]:
-    """option → the kinds docs/gateway.md's table says take it."""
+    """option → the kinds docs/operating/gateway.md's table says take it."""
     text = DOC.read_text()
     table = text[text.index("### Upstream options"):].split("\n\n")[2]
     options: dict[str, set[str]] = {}
     for row in table.splitlines()[2:]:
         cells = [cell.strip() for cell in row.strip("|").split("|")]
         name = cells[0].strip("`")
-        options[name] = set(KINDS) if cells[1] == "every kind" else set(
+        options[name] = set(UPSTREAMS.names()) if cells[1] == "every kind" else set(
             re.findall(r"`([a-z-]+)`", cells[1]))
     return options
 
@@ -59,17 +59,15 @@ def sample(option: str, tmp_path: Path) -> object:
 
 def test_the_table_lists_every_option_each_kind_takes() -> None:
     table = documented()
-    for kind, (module, name) in KINDS.items():
-        import importlib
-
-        engine_class = getattr(importlib.import_module(f"voxcache.upstream.{module}"), name)
+    for kind in UPSTREAMS.names():
+        engine_class = upstream_class(kind)
         takes = accepted_options(engine_class) - INTERNAL - {"url"}
         listed = {option for option, kinds in table.items() if kind in kinds}
         assert takes - listed - {o for k, o in REFUSED if k == kind} == set(), kind
         assert listed - takes == set(), kind
 
 
-@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("kind", UPSTREAMS.names())
 def test_every_documented_option_is_accepted(tmp_path: Path, kind: str) -> None:
     options = [option for option, kinds in documented().items() if kind in kinds]
     roots = [tmp_path / "refs"]  # gpt-sovits: ref_root_upstream names one folder per root
@@ -119,8 +117,8 @@ def test_a_bad_option_value_says_what_to_fix(tmp_path: Path, option: str, value:
 
 
 def test_serve_takes_the_timeout_option_the_edge_docs_show(tmp_path: Path) -> None:
-    """docs/edge.md's ``upstream_options = {timeout = 20}`` on a real ``voxcache serve`` (it
-    crashed with a TypeError before); the same with a disagreeing ``upstream_timeout`` is
+    """docs/operating/edge.md's ``upstream_options = {timeout = 20}`` on a real ``voxcache serve``
+    (it crashed with a TypeError before); the same with a disagreeing ``upstream_timeout`` is
     refused with exit code 2, naming both."""
     good = write_config(tmp_path / "good.toml", "upstream_options = {timeout = 20}\n")
     both = write_config(tmp_path / "both.toml",

@@ -19,10 +19,10 @@ import pytest
 from voxcache import SynthesisRequest
 from voxcache.config import Settings
 from voxcache.errors import Overloaded
+from voxcache.protocols.gpt_sovits.fields import reference_params
 from voxcache.runtime import open_cached_engine
 from voxcache.service import create_app
 from voxcache.service.options import ServiceOptions, service_options
-from voxcache.upstream.gpt_sovits import reference_params
 
 from .api_v2_setup import (
     WEIGHTS,

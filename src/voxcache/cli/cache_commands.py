@@ -9,6 +9,7 @@ from ..errors import InvalidParameter
 from ..policies.admit import recent_refusals, refusal_counts
 from ..runtime import open_cache, open_cached_engine
 from ..stages.figures import is_stage_counter, stage_figures
+from ..vocabulary import TierName
 from .common import (
     USAGE,
     add_request_options,
@@ -72,7 +73,7 @@ def synth(args: argparse.Namespace) -> int:
                    "output": args.output,
                    "segments": {"hit": result.segments_hit, "rendered": result.segments_rendered},
                    "take": result.take}
-        shown = short_key(cached.cache.disk.index, result.key) if result.stored else result.key
+        shown = short_key(cached.cache.index, result.key) if result.stored else result.key
     finally:
         cached.cache.close()
     if args.json:
@@ -86,7 +87,7 @@ def synth(args: argparse.Namespace) -> int:
         f"key {shown}" + (f" → {args.output}" if args.output else ""))
     if result.reason:
         say(f"[yellow]served without caching: the storing gate refused it ({result.reason}; "
-            "docs/admission.md)[/]")
+            "docs/operating/admission.md)[/]")
     elif not result.stored:
         say("[yellow]served without caching: the take could not be stored[/]")
     return 0
@@ -140,7 +141,7 @@ def stats(args: argparse.Namespace) -> int:
     if args.json:
         print_json(data)
         return 0
-    disk = data["tiers"]["disk"]
+    disk = data["tiers"][TierName.DISK]
     count = disk["entries"]
     entries = ("entries unknown (the index cannot answer now)" if count is None else
                f"{count:,} entr{'y' if count == 1 else 'ies'}")
@@ -161,7 +162,7 @@ def _print_refusals(counts: dict[str, int], recent: list[dict[str, object]]) -> 
         say("storing gate: every take rendered here was stored")
         return
     table((Column("not stored because"), Column("takes", numeric=True)),
-          sorted(counts.items()), title="storing gate (docs/admission.md)")
+          sorted(counts.items()), title="storing gate (docs/operating/admission.md)")
     if recent:
         table((Column("key"), Column("reason"), Column("tenant"), Column("times", numeric=True)),
               ((r["key"], r["reason"], r["tenant"], r["times"]) for r in recent),

@@ -1,6 +1,6 @@
 """``voxcache engines``: the engines this installation can render with.
 
-Lists every plugin of the ``voxcache.engines`` entry-point group (built-ins included):
+Lists the built-in engines and every plugin of the ``voxcache.engines`` entry-point group:
 its name, its ``module:Class`` and the distribution that registers it. ``--check``
 imports each one and says why one cannot be loaded.
 """

@@ -61,7 +61,7 @@ def ls(args: argparse.Namespace) -> int:
     """List entries from the index, each key as its shortest unique prefix."""
     cache = open_cache(settings_from(args), settled=True)
     try:
-        index = cache.disk.index
+        index = cache.index
         rows = index.rows(limit=args.limit)
         shorts = {r.key: short_key(index, r.key) for r in rows}
     finally:
@@ -85,12 +85,12 @@ def pin(args: argparse.Namespace) -> int:
     """Pin or unpin one entry."""
     cache = open_cache(settings_from(args), settled=True)
     try:
-        row = resolve_key(cache.disk.index, args.key)
+        row = resolve_key(cache.index, args.key)
         until = time.time() + args.ttl if args.pinned and getattr(args, "ttl", None) else None
         if not cache.pin(row.key, args.pinned, until):
             raise NotFound(f"entry {row.key} was removed before it could be "
                            f"{'pinned' if args.pinned else 'unpinned'}")
-        shown = short_key(cache.disk.index, row.key)
+        shown = short_key(cache.index, row.key)
     finally:
         cache.close()
     if args.json:
@@ -105,8 +105,8 @@ def gc(args: argparse.Namespace) -> int:
     """Run maintenance now."""
     cache = open_cache(settings_from(args), settled=True)
     try:
-        cache.disk.flush()
-        index = cache.disk.index
+        cache.folder.flush()
+        index = cache.index
         with progress(as_json=args.json) as bars:  # a bar on a terminal only
             files = bars.task("rebuilding the index" if args.rebuild_index else
                               "checking unindexed files")
@@ -115,7 +115,7 @@ def gc(args: argparse.Namespace) -> int:
             evicting = bars.task("evicting (TTL, caps)")
             evicted = cache.gc()
             evicting.update(completed=1, total=1)
-        total_bytes, entries = cache.disk.index.totals()
+        total_bytes, entries = cache.index.totals()
         limits = cache.limits
     finally:
         cache.close()
@@ -152,11 +152,11 @@ def explain_entry(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     cache = open_cache(settings, settled=True)
     try:
-        row = resolve_key(cache.disk.index, args.key)
-        shown = short_key(cache.disk.index, row.key)
-        path = cache.disk.path_of(row.key, row.kind)
+        row = resolve_key(cache.index, args.key)
+        shown = short_key(cache.index, row.key)
+        path = cache.folder.path_of(row.key, row.kind)
         try:  # a file, or an inline record for small entries
-            stored: bytes | OSError | None = cache.disk.read_stored(row.key, row.kind)
+            stored: bytes | OSError | None = cache.folder.read_stored(row.key, row.kind)
         except (OSError, NotAnEntryFile) as exc:
             stored = OSError(str(exc))
     finally:

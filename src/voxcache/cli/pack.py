@@ -1,6 +1,6 @@
 """``voxcache pack``: keygen, export, import, manifest and pull of signed voice packs.
 
-A pack moves stored entries between nodes as one file (docs/edge.md): ``export`` on a
+A pack moves stored entries between nodes as one file (docs/operating/edge.md): ``export`` on a
 node that has them, ``import`` (or ``pull`` from a center, on a schedule) on one
 that should. Import trusts only packs signed by a key named with ``--trust``.
 Progress goes to stderr; stdout carries the result (one JSON document with --json).
@@ -39,7 +39,7 @@ def duration(text: str) -> float:
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``pack`` and its sub-commands."""
     pack = subparsers.add_parser("pack", help="signed voice packs: keygen, export, import, "
-                                 "manifest, pull (docs/edge.md)")
+                                 "manifest, pull (docs/operating/edge.md)")
     commands = pack.add_subparsers(dest="pack_command", required=True)
 
     p = commands.add_parser("keygen", help="make an Ed25519 signing key: KEY (0600) and "

@@ -1,22 +1,12 @@
 """Progress bars for commands that can run for minutes (warm, gc, rerender, pack …).
 
-One rule for all of them: a bar on stderr when stderr is a terminal, and nothing
-at all otherwise — not with ``--json`` (stdout then carries one JSON document,
-and a script reading it must not find a bar in its logs), not in cron or a pipe
-(rich would print the final bar there once, as a line of box characters). The
-result a command prints is the same either way.
-
-Usage::
+A bar on stderr when stderr is a terminal, nothing at all otherwise (not with ``--json``,
+not in cron or a pipe); the result a command prints is the same either way.
 
     with progress(as_json=args.json) as bars:
-        files = bars.task("verifying files", total=len(paths))
-        for path in paths:
-            ...
-            files.advance()
+        files = bars.task("verifying files", total=len(paths))   # files.advance()
 
-``Task.report`` has the ``(done, total)`` shape of a library callback, e.g.
-``rebuild_index(root, index, progress=bars.task("rebuilding the index").report)``;
-``bytes_=True`` shows transferred sizes instead of counts (pack export/pull).
+``Task.report`` has the ``(done, total)`` shape of a library callback.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """``voxcache purge``: delete stored entries by key, voice, tenant, age, or all of them.
 
-A voice is named the way clients name it, so ``--voice`` resolves it as the
-service does before matching the canonical voice the index records: the config
-file's ``[voice_aliases]`` first, then the engine's own names and aliases
-(``Engine.voices``), then OpenAI's voice names (which mean the engine's default
-voice). An uploaded voice id (``vc_…``) names a clip: everything derived from it
-in its tenant goes — takes and their encodings, embeddings, prompts, token takes,
-and (through the voice anchor) the sessions running services hold in memory.
-``--dry-run`` lists what would go, by kind, and deletes nothing. Deletes go
-through ``Cache.delete``, the one path that reaches every tier and every process.
+``--voice`` resolves a name as the service does (``[voice_aliases]``, the engine's names
+and aliases, OpenAI's names) before matching the index's canonical voice; an uploaded
+voice id (``vc_…``) takes everything derived from its clip in its tenant, sessions
+included. ``--dry-run`` lists what would go. Deletes go through ``Cache.delete``, the one
+path that reaches every tier and every process.
 """
 
 from __future__ import annotations
@@ -67,7 +63,7 @@ def purge(args: argparse.Namespace) -> int:
         resolve_voice(args.voice, settings) if args.voice else None
     cache = open_cache(settings, settled=True)
     try:
-        index = cache.disk.index
+        index = cache.index
         keys = [resolve_key(index, given).key for given in args.key]
         where, params = _filter(args, keys, voice["canonical"] if voice else None, uploaded)
         rows = index.rows(where, params, order="key")

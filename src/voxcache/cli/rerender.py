@@ -99,7 +99,7 @@ def model_revisions(cache: Cache) -> dict[str, dict[str, int]]:
             for model, n in db.execute("SELECT model, count(*) FROM usage WHERE json_extract("
                                        "payload, '$.kind') = 'audio' GROUP BY model"):
                 found[model]["asked"] += n
-    for model, n in cache.disk.index.query(
+    for model, n in cache.index.query(
             "SELECT model, count(*) FROM entries WHERE kind = 'audio' AND model != '' "
             "GROUP BY model"):
         found[model]["stored"] += n

@@ -1,13 +1,10 @@
 """``voxcache serve``: the HTTP service on uvicorn.
 
-Safe by default: without API keys configured it binds only to a loopback
-address, because an open TTS server is an open CPU (and, with cloning, an open
-voice-forgery service). ``--allow-public`` says the operator means it.
-Several ``--workers`` share one cache folder; its per-key file locks make a key
-render once across them. SIGTERM/Ctrl-C stops accepting, lets in-flight
-requests and renders finish (bounded by --graceful-timeout), then flushes.
-Connections get uvicorn's protocol with a header deadline (``service.protocol``):
-an idle or slowloris connection is closed after ``[service] header_timeout``.
+Safe by default: without API keys it binds only to loopback (an open TTS server is an
+open CPU and, with cloning, an open voice-forgery service); ``--allow-public`` says the
+operator means it. ``--workers`` share one cache folder (per-key file locks: one render
+across them). SIGTERM drains in-flight requests (``--graceful-timeout``), then flushes;
+idle or slowloris connections are closed after ``[service] header_timeout``.
 """
 
 from __future__ import annotations
@@ -37,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--upstream", metavar="KIND=URL",
                    help="caching gateway: render misses on a running TTS server; KIND is "
                         "gpt-sovits, cosyvoice, openai, piper-http, or voxcache (an edge in "
-                        "front of a central voxcache, docs/edge.md)")
+                        "front of a central voxcache, docs/operating/edge.md)")
     p.add_argument("--upstream-revision", metavar="LABEL",
                    help="label of the model behind --upstream; change it when that model changes")
     p.add_argument("--graceful-timeout", type=float, default=30.0,

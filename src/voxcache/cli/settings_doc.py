@@ -1,14 +1,12 @@
-"""docs/settings.md, written from the settings code: every setting, where it is spelt, its
+"""docs/operating/settings.md, written from the settings code: every setting, where it is spelt, its
 default and what it means.
 
-Each settings class (``Settings``, ``ServiceOptions``, ``DashboardSettings``,
-``PackSettings``) documents each field in the docstring under it; this module reads
-those docstrings from the source (``ast``: they are not kept at run time), the
-defaults from the dataclasses and the environment names from the rules the loaders
-follow, so the reference cannot drift from the code: ``tests/core/test_settings_doc.py``
-fails when a field has no docstring or docs/settings.md is not what this writes.
+Each settings class documents each field in the docstring under it; this module reads
+them from the source (``ast``), the defaults from the dataclasses and the environment
+names from the loaders' rules, so the reference cannot drift from the code
+(``tests/core/test_settings_doc.py`` fails when it would).
 
-    python -m voxcache.cli.settings_doc > docs/settings.md
+    python -m voxcache.cli.settings_doc > docs/operating/settings.md
 """
 
 from __future__ import annotations
@@ -168,7 +166,7 @@ def _prose(doc: str) -> str:
 
 HEADER = """# Settings reference
 
-<!-- Written by `python -m voxcache.cli.settings_doc > docs/settings.md` from the settings
+<!-- Written by `python -m voxcache.cli.settings_doc > docs/operating/settings.md` from the settings
 code (each field's docstring, its default, the loaders' environment names); do not edit by
 hand: tests/core/test_settings_doc.py fails when this file is stale or a setting has no
 docstring. -->
@@ -206,23 +204,24 @@ SECTIONS = (
      "How often each worker samples its figures and how much history the page shows "
      "(`voxcache.service.sampler.DashboardSettings`)."),
     (PackSettings, "## Packs: `[packs]`",
-     "Publishing signed packs (`voxcache.service.packs.PackSettings`; docs/edge.md)."),
+     "Publishing signed packs (`voxcache.service.packs.PackSettings`; docs/operating/edge.md)."),
     (AdmissionSettings, "## What may be stored: `[admission]`, `[tenants.*.admission]`",
      "Text classes never stored and distinct callers before a take is stored "
-     "(`voxcache.policies.admit.settings.AdmissionSettings`; docs/admission.md). A tenant's "
+     "(`voxcache.policies.admit.settings.AdmissionSettings`; "
+     "docs/operating/admission.md). A tenant's "
      "`[tenants.NAME.admission]` table takes the same names (no environment spelling) and "
      "replaces, for that tenant, each setting it names."),
     (QualitySettings, "## The quality gate: `[quality]`",
      "What a rendered take must be before it is stored "
-     "(`voxcache.policies.admit.settings.QualitySettings`; docs/admission.md)."),
+     "(`voxcache.policies.admit.settings.QualitySettings`; docs/operating/admission.md)."),
     (SavingsSettings, "## The savings ledger: `[savings]`",
      "What a take served from the cache is worth "
-     "(`voxcache.policies.admit.settings.SavingsSettings`; docs/admission.md)."),
+     "(`voxcache.policies.admit.settings.SavingsSettings`; docs/operating/admission.md)."),
 )
 
 
 def render() -> str:
-    """The whole of docs/settings.md."""
+    """The whole of docs/operating/settings.md."""
     by_owner: dict[type, list[Row]] = {}
     for row in rows():
         by_owner.setdefault(row.owner, []).append(row)
@@ -239,8 +238,8 @@ def render() -> str:
         parts.append(f"| `{name}` | {_prose(meaning)} |\n")
     parts.append("\nThe S3 tier reads the standard AWS variables (`AWS_ENDPOINT_URL`, "
                  "`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`) through boto3 "
-                 "(docs/cluster.md); `upstream_options` are per upstream kind "
-                 "(docs/gateway.md, docs/edge.md).\n")
+                 "(docs/operating/cluster.md); `upstream_options` are per upstream kind "
+                 "(docs/operating/gateway.md, docs/operating/edge.md).\n")
     return "".join(parts)
 
 

@@ -1,15 +1,10 @@
 """``voxcache warm FILE``: pre-render the phrases a deployment repeats all day.
 
-It works on the cache folder directly (the same files a running server reads,
-so a server sees the takes at once), or with ``--server URL`` through a running
-service, where its renders queue behind every listener's (``X-Voxcache-Priority:
-background``). Either way it skips phrases already stored, renders the rest one
-by one, and reports each failure with its reason instead of stopping.
-
-A phrase list is shared between deployments (the shipped ``hot_phrases.json``
-has English and Chinese lines), so a line in a language this engine does not
-speak is not a failure of this warm: it is skipped, counted and named in one
-warning. Only a phrase the engine could render and did not makes the exit code 1.
+On the cache folder directly (a running server sees the takes at once), or with
+``--server URL`` through a running service at background priority. Stored phrases are
+skipped; each failure is reported with its reason. A line in a language the engine does
+not speak is skipped and named in one warning; only a phrase the engine could render and
+did not makes the exit code 1.
 """
 
 from __future__ import annotations

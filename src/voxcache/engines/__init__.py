@@ -1,58 +1,41 @@
-"""Engines by name: plugins of the entry-point group ``voxcache.engines``, or ``module:Class``.
+"""Engines by name: the built-in ones, plugins of the entry-point group ``voxcache.engines``, or
+``module:Class`` (one registry mechanism with the upstream kinds: ``voxcache.registry``).
 
-Any installed distribution can provide an engine — built-in ones register the same way
-(``[project.entry-points."voxcache.engines"]`` in pyproject.toml) — and an engine class can
-be named directly as ``package.module:Class``. Nothing is imported until it is used, and an
+Any installed distribution can provide an engine (docs/internals/extending.md) and an engine class
+can be named directly as ``package.module:Class``. Nothing is imported until it is used, and an
 engine that fails to import is a clear error naming it and the import error.
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import Any, cast
 
 from ..engine import Engine, accepted_options
-from ..errors import EngineLoadError, InvalidParameter
+from ..errors import InvalidParameter
+from ..registry import Installed, Registry
 
 GROUP = "voxcache.engines"
+ENGINES = Registry("engine", GROUP, Engine, {
+    "piper": "voxcache.engines.piper:PiperEngine",
+    "tone": "voxcache.engines.tone:ToneEngine",
+})
+"""The built-in engines (data); plugins add theirs under ``GROUP``."""
 
-
-@dataclass(frozen=True, slots=True)
-class Installed:
-    """An engine an installed distribution registers."""
-
-    name: str
-    target: str
-    """``module:Class``."""
-    distribution: str
-    """``name version`` of the distribution that registers it."""
+__all__ = ["ENGINES", "GROUP", "Installed", "engine_class", "installed", "load_engine"]
 
 
 def installed() -> list[Installed]:
-    """Every engine registered in the ``voxcache.engines`` entry-point group, by name."""
-    found = {}
-    for point in entry_points(group=GROUP):
-        dist = point.dist
-        found[point.name] = Installed(point.name, point.value,
-                                      "" if dist is None else f"{dist.name} {dist.version}")
-    return [found[name] for name in sorted(found)]
+    """Every engine this installation has (built-in and plugins), by name."""
+    return ENGINES.installed()
 
 
 def engine_class(name: str) -> type[Engine]:
     """The engine class ``name`` names: a registered engine, or ``module:Class``."""
     if ":" in name:
-        return _imported(name, EntryPoint(name, name, GROUP), what=f"engine class {name!r}")
-    points = {point.name: point for point in entry_points(group=GROUP)}
-    point = points.get(name)
-    if point is None:
-        known = ", ".join(sorted(points)) or "none"
-        raise InvalidParameter(f"unknown engine {name!r}; installed: {known} (see `voxcache "
-                               "engines`), or name a class as package.module:Class")
-    dist = point.dist
-    origin = f" from {dist.name} {dist.version}" if dist is not None else ""
-    return _imported(name, point, what=f"engine plugin {name!r} ({point.value}{origin})")
+        return cast(type[Engine], ENGINES.imported(name, f"engine class {name!r}"))
+    return cast(type[Engine], ENGINES.load(
+        name, lambda names: f"unknown engine {name!r}; installed: {names} (see `voxcache "
+        "engines`), or name a class as package.module:Class"))
 
 
 def load_engine(name: str, **options: Any) -> Engine:
@@ -65,24 +48,3 @@ def load_engine(name: str, **options: Any) -> Engine:
         raise InvalidParameter(f"engine {name!r} takes no option(s) {', '.join(unknown)}; it "
                                f"takes: {', '.join(sorted(accepted)) or 'none'}")
     return cls(**options)
-
-
-def _imported(name: str, point: EntryPoint, what: str) -> type[Engine]:
-    module, _, attribute = point.value.partition(":")
-    if not module or not attribute:
-        raise InvalidParameter(f"{what}: write it as package.module:Class")
-    try:
-        target: Any = importlib.import_module(module)
-        for part in attribute.split("."):
-            target = getattr(target, part)
-    except ImportError as exc:
-        raise EngineLoadError(f"{what} could not be imported: {type(exc).__name__}: {exc}"
-                              ) from None
-    except AttributeError as exc:
-        raise EngineLoadError(f"{what}: {exc}") from None
-    except Exception as exc:  # a plugin whose import fails in any other way
-        raise EngineLoadError(f"{what} failed while importing: {type(exc).__name__}: {exc}"
-                              ) from None
-    if not (isinstance(target, type) and issubclass(target, Engine)):
-        raise EngineLoadError(f"{what} is not a voxcache.engine.Engine subclass")
-    return target

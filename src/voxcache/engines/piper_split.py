@@ -1,15 +1,10 @@
 """Piper's own sentence split, recovered as text and proven equal to what Piper renders.
 
-Piper phonemizes the whole text with espeak-ng, which decides where sentences
-end ("Dr." ends one, "Wait... what?" is one), and renders one chunk per
-sentence from that sentence's phonemes alone. espeak reports phonemes, not text
-offsets, so the text of each sentence is recovered here: cut after sentence
-punctuation followed by a space, then merge pieces until each one phonemizes to
-exactly the next sentence of the whole text. A chunk is a pure function of its
-phonemes and the synthesis settings, so when the phonemes of the parts equal
-the phonemes of the whole, rendering the parts one by one gives the same
-samples as rendering the whole. Anything that does not verify returns None
-and the request is served whole.
+espeak-ng decides where Piper's sentences end but reports phonemes, not offsets, so the
+text is cut after sentence punctuation and pieces merged until each phonemizes to exactly
+the next sentence of the whole. A chunk is a pure function of its phonemes, so then the
+parts rendered one by one are the whole's samples; anything that does not verify returns
+None and the request is served whole. docs/internals/segments.md.
 """
 
 from __future__ import annotations

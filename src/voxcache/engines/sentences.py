@@ -1,13 +1,10 @@
 """A sentence splitter for engines that have none of their own, in every script.
 
-Segment mode keys each part on its own and stitches stored parts, so the split
-must be exact: the parts are slices of the text in order, only whitespace between
-them is dropped, and splitting a part again gives that part. Every rule below
-looks only at the stop, the word before it, the next character after whitespace
-and the brackets around it, which is what keeps it idempotent. Where a rule is unsure it does
-not split: one sentence too few costs a little reuse, one too many puts a pause
-in a word ("U.S. | Army"). docs/segments.md, "Sentences in every script", has
-the rules, the cases, and why this is a rule set rather than pysbd or sentencex.
+Segment mode stitches stored parts, so the split must be exact: the parts are slices of the
+text in order, only whitespace between them dropped, and splitting a part again gives that
+part. Where a rule is unsure it does not split: one sentence too few costs a little reuse,
+one too many puts a pause in a word ("U.S. | Army"). docs/internals/segments.md, "Sentences
+in every script", has the rules and why this is a rule set rather than pysbd or sentencex.
 """
 
 from __future__ import annotations

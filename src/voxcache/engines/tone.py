@@ -41,6 +41,7 @@ class ToneEngine(Engine):
     supports_instruct = True
     supports_seed = True
     determinism = "deterministic"
+    clause_safe = True  # a tone is a function of its text alone
     speech = False  # tones at 100 characters a second: the gate's speech checks do not apply
 
     def __init__(self, model_revision: str = "tone-1", seconds_per_char: float = 0.01) -> None:

@@ -1,14 +1,10 @@
 """Voice packs: stored entries moved between nodes as one signed, verifiable file.
 
-- ``signing``: Ed25519 keys (``pack keygen``), signatures over manifests.
-- ``manifest``: the manifest (one line per entry: key, kind, size, BLAKE3, tenant, pin…).
-- ``container``: the file itself, a plain ustar archive read strictly.
-- ``select``: which entries (voice, tenant, revision, top-N by use, age).
-- ``exporter`` / ``importer``: ``pack export`` and ``pack import``.
-- ``identity``: the engine identity an edge mirrors, carried by every manifest.
-- ``publish`` / ``pull``: a center serving packs over HTTP, an edge pulling them.
-
-The format, the trust rules and the edge pattern are described in docs/edge.md.
+``signing`` (Ed25519 keys and signatures), ``manifest`` (one line per entry), ``container``
+(a plain ustar archive read strictly), ``select`` (which entries), ``exporter`` /
+``importer`` (``pack export`` / ``pack import``), ``identity`` (the engine identity an edge
+mirrors), ``publish`` / ``pull`` (a center serving packs, an edge pulling them).
+The format, the trust rules and the edge pattern: docs/operating/edge.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """The pack file: a plain ustar archive, written with ``tarfile`` and read strictly.
 
-A pack is a tar file so that ordinary tools can look inside (``tar tf pack.vxpack``
-lists ``manifest.json``, ``manifest.sig`` and ``objects/ab/cd/<key>.wav``, the
-entries' paths in a cache folder). Writing uses ``tarfile`` in ustar format (no
-pax or GNU extensions: every name we write fits ustar's 100 characters).
-
-Reading does not hand the stream to ``tarfile``: it would read a pax or GNU long
-name header of any size into memory, and follow link members, before a single
-byte had been verified. Here each 512-byte header is parsed by tarfile's own
-``TarInfo.frombuf`` (which checks its checksum), anything but a regular file is
-refused, and the caller decides — from the signed manifest — how many bytes a
-member may have before any of them is read. Nothing is ever extracted by name.
-
-Every number a header carries is bounded before it is used: a member's size must lie
-between 0 and ``MAX_MEMBER_BYTES`` (tar's base-256 encoding can say -1 or 2**88), else
-reading stops there. Reads go in chunks of at most ``_READ_CHUNK`` into one buffer, so
-what a member costs in memory is what it holds, never more.
+Ordinary tools can look inside (``tar tf pack.vxpack``). Reading never hands the stream
+to ``tarfile``: each 512-byte header is parsed by ``TarInfo.frombuf`` (checksum checked),
+anything but a regular file is refused, every size is bounded (``MAX_MEMBER_BYTES``)
+before use, the signed manifest says how many bytes a member may have before any is read,
+and nothing is ever extracted by name. docs/operating/edge.md, "The pack format".
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """``pack export``: write the selected entries, exactly as stored, into one signed file.
 
-Two passes over the selected files. The first reads and verifies each one (the
-same full check a read from the cache makes: a damaged or expired file is left
-out and reported, never shipped) and hashes it, so the manifest — which must come
-first in the file and be signed — can name every entry's BLAKE3. The second reads
-each file again and writes it; entries are immutable, so it must hash the same,
-and an entry evicted or replaced between the passes stops the export with an error
-rather than ship a pack whose manifest lies.
-
-Every pack also carries the next sequence of its signing key and this node's
-tombstones (``provenance``): an importer never goes back to an older pack, and forgets
-what was purged here.
+Two passes: the first verifies and hashes each file (a damaged or expired one is left out
+and reported) so the signed manifest, first in the file, names every BLAKE3; the second
+writes them, and an entry that changed between passes stops the export. Every pack
+carries its signer's next sequence and this node's tombstones. docs/operating/edge.md.
 """
 
 from __future__ import annotations
@@ -69,7 +62,7 @@ class Exported:
 
 def select_rows(cache: Cache, selection: Selection) -> list[IndexRow]:
     """The index rows a selection names (an error when the index cannot answer)."""
-    rows = selection.rows(cache.disk)
+    rows = selection.rows(cache.folder)
     if rows is None:
         raise NotFound("the cache index cannot answer now (locked or being rebuilt); "
                        "try again in a moment")
@@ -81,8 +74,8 @@ def provenance(cache: Cache, key: SigningKey, selection: Selection) -> dict[str,
     ``key`` and the tombstones of this folder (of the selection's tenant, when it names
     one; a purge of another key than the selection's is shipped too: a purge is a purge)."""
     try:
-        return {"sequence": issue(cache.disk.index, key.id),
-                "purged": tuple(purged.listed(cache.disk.index, selection.tenant))}
+        return {"sequence": issue(cache.index, key.id),
+                "purged": tuple(purged.listed(cache.index, selection.tenant))}
     except sqlite3.Error as exc:
         raise NotFound(f"the cache index cannot answer now ({exc}); a pack needs its "
                        "purged keys and sequence — try again in a moment") from None
@@ -156,7 +149,7 @@ def _read_verified(cache: Cache, key: str, kind: str, now: float | None
     Read directly, not through the tiers: an export must not count hits or move recency,
     and a damaged file is left for the cache's own next read to quarantine."""
     try:
-        blob = cache.disk.read_stored(key, kind)  # a file, or inline for small entries
+        blob = cache.folder.read_stored(key, kind)  # a file, or inline for small entries
         if blob is None:
             raise FileNotFoundError(key)
         entry = decode(blob, key)

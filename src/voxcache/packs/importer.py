@@ -1,20 +1,11 @@
 """``pack import``: verify a pack, then store each entry it names, first writer wins.
 
-Order of trust: the manifest and its signature are the first two members, and the
-signature is checked against the trusted keys before anything else is read —
-an untrusted or altered pack imports nothing. Then the pack's place among its
-publisher's (``packs.sequence``): an older pack than one already taken from the same
-key imports nothing. Then the publisher's tombstones are applied (``tiers.purged``:
-what was purged there goes here too, and is remembered). Then each entry must be
-exactly what its manifest line says: the member's name is the line's path (a member
-no line names is refused), its size the line's size (checked before a byte is read),
-its BLAKE3 the line's, its envelope must verify under the line's key (so the file was
-stored under that key: a swapped entry fails here even with a valid checksum), and
-its kind and tenant must agree with the line; and no purge recorded here may cover it.
-Only then is it written, through the cache, with the disk tier's atomic publish — a
-killed import leaves whole entries or none, and running it again imports the rest
-(what is already stored is skipped). An entry that fails is refused and reported; the
-others are imported. Every line of the manifest ends in exactly one list of the report.
+Order of trust: the signature (before anything else is read), the pack's sequence (never
+an older pack of one publisher), the publisher's tombstones; then each entry must be
+exactly what its manifest line says (name, size before a byte is read, BLAKE3, envelope
+under the line's key, kind, tenant, not purged here) before it is written with the disk
+tier's atomic publish. A failed entry is refused and reported; every manifest line ends
+in one list of the report. docs/operating/edge.md, "What an import checks, in order".
 """
 
 from __future__ import annotations
@@ -78,7 +69,7 @@ class Imported:
     time after the take was made: not stored, and never will be by an import."""
     evicted: list[str] = field(default_factory=list)
     """Imported, then evicted by this cache's own caps before the import ended (a small
-    device keeping what its clients use: see docs/edge.md)."""
+    device keeping what its clients use: see docs/operating/edge.md)."""
     removed: list[str] = field(default_factory=list)
     """Takes this node held that the pack's tombstones removed."""
     pinned: int = 0
@@ -147,7 +138,7 @@ def import_pack(cache: Cache, stream: BinaryIO, trusted: list[PublicKey], *,
                       snapshot=manifest.snapshot, sequence=manifest.order,
                       tombstones=len(manifest.purged))
     try:
-        admit(cache.disk.index, signer, manifest.order, report.digest)
+        admit(cache.index, signer, manifest.order, report.digest)
     except sqlite3.Error as exc:
         raise Overloaded(f"this cache's index cannot record the pack's sequence now ({exc}); "
                          "nothing was imported — try again") from None
@@ -156,7 +147,7 @@ def import_pack(cache: Cache, stream: BinaryIO, trusted: list[PublicKey], *,
     _entries(cache, reader, manifest, pin, report, progress, now)
     kinds = {line.key: line.kind for line in manifest.lines}
     report.evicted = [key for key in report.imported
-                      if not cache.disk.contains(key, kinds[key])]
+                      if not cache.folder.contains(key, kinds[key])]
     return report
 
 
@@ -214,7 +205,7 @@ def _apply_tombstones(cache: Cache, tombstones: tuple[purged.Tombstone, ...],
         else:
             keep.append((tombstone.key, tombstone.kind, tombstone.until))
     try:
-        purged.record(cache.disk.index, keep, covering=False)
+        purged.record(cache.index, keep, covering=False)
     except sqlite3.Error as exc:
         raise Overloaded(f"this cache's index cannot record the pack's purged keys now "
                          f"({exc}); import the pack again") from None
@@ -232,7 +223,7 @@ def _one(cache: Cache, line: Line, blob: bytes, pin: bool, report: Imported,
         report.expired.append(line.key)
         return
     try:
-        tombstone = purged.lookup(cache.disk.index, line.key)
+        tombstone = purged.lookup(cache.index, line.key)
     except sqlite3.Error as exc:
         report.refused[line.key] = (f"this node's purges cannot be read now ({exc}); "
                                     "import the pack again")
@@ -264,7 +255,7 @@ def _never_asked(cache: Cache, key: str, created: float) -> None:
     room there is and never pushes out the takes its clients are using (pin what must
     stay: ``--pin``). Best effort: the index is an accelerator."""
     with contextlib.suppress(sqlite3.Error), \
-            cache.disk.index.transaction(REQUEST_WAIT) as db:
+            cache.index.transaction(REQUEST_WAIT) as db:
         db.execute("UPDATE entries SET last_access = ?1 "
                    "WHERE key = ?2 AND hits = 0 AND last_access > ?1", (created, key))
 
@@ -289,7 +280,7 @@ def _stored(cache: Cache, key: str, kind: str) -> Entry | None:
     """The verified entry already stored under ``key`` here, if any (read directly: an
     import must not count hits)."""
     try:
-        blob = cache.disk.read_stored(key, kind)  # a file, or inline when small
+        blob = cache.folder.read_stored(key, kind)  # a file, or inline when small
         return None if blob is None else decode(blob, key)
     except (OSError, NotAnEntryFile, CorruptEntry):
         return None

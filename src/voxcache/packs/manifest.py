@@ -1,18 +1,10 @@
 """The manifest of a pack: one line per entry, the exact bytes that are signed.
 
-A manifest names every entry by key, kind, size and BLAKE3 of the stored file (a
-collision-resistant hash: the signature over the manifest then pins every byte of
-every entry; XXH3, which the envelope uses against accidents, would let a forger
-craft a second file with the same checksum), with the tenant, pin and the index's
-descriptive fields, plus the identity of the engine the takes were keyed with and,
-for a delta, the digest of the manifest it was computed against; its ``sequence``
-(``packs.sequence``: an importer never goes back to an older pack of the same
-publisher) and the publisher's tombstones, ``purged`` (``tiers.purged``: keys an
-importer removes and never stores again up to their ``until``).
-
-Parsing trusts nothing: every field is type- and range-checked and a key may appear
-once, so a manifest that a trusted key signed by mistake still cannot make the
-importer write outside ``objects/`` or under a key that is not a key.
+Each entry is named by key, kind, size and BLAKE3 (collision resistant, so the signature
+pins every byte; XXH3 would let a forger match it), with tenant, pin and index fields;
+plus the engine identity, the base digest of a delta, the ``sequence`` and the publisher's
+tombstones (``purged``). Parsing trusts nothing: every field type- and range-checked, a
+key at most once. docs/operating/edge.md, "The pack format".
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """A center publishing packs over HTTP: build a signed pack for a selection, keep it to be
 downloaded (and resumed), and answer deltas against what an edge already has.
 
-Each build reads the selection from the index and records it as a *snapshot*: the
-keys it covers, stored under ``packs/snapshots/<digest>.json`` (the digest is over the
-selection and the keys with their creation times, so an unchanged selection is the
-same snapshot). The pack carries the entries of that snapshot missing from the
-``base`` snapshot the edge names (the one it imported completely last time); an
-unknown or pruned base gives the whole selection. The manifest names the snapshot,
-so the edge sends it back as its next base — deltas need no chain of packs, and a
-pull that died half-way simply asks against the same base again.
-
-Built packs are written to ``packs/spool/<manifest digest>.vxpack`` (atomic rename)
-and served as files, so a download cut short resumes with a Range request against
-the same immutable bytes. Spooled packs are kept ``SPOOL_SECONDS``; snapshots
-``SNAPSHOT_SECONDS`` (older ones are pruned at each build).
+Each build records its selection as a snapshot (``packs/snapshots/<digest>.json``); a pack
+carries what the edge's ``base`` snapshot lacks (the whole selection for an unknown base),
+so deltas need no chain. Packs are spooled to ``packs/spool/<digest>.vxpack`` and served
+as immutable files (Range resumes). docs/operating/edge.md, "Publishing: a center serving packs".
 """
 
 from __future__ import annotations

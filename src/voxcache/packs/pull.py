@@ -1,21 +1,10 @@
 """``pack pull URL``: fetch a center's pack for a selection and import it, resumably.
 
-One round: ask the center to build a pack (``POST /v1/packs``, a delta against the
-snapshot this node last imported completely from it), download the file into
-``packs/incoming/`` (``Range`` resumes a download cut short — the center keeps the
-same immutable file), then import it like ``pack import`` (the signature checked
-against the trusted keys before anything else). Only a complete import advances the
-snapshot; a round that dies at any point is taken up again by the next one: the
-partial download resumes, a downloaded pack is imported again (what is already here
-is skipped), and an entry refused as damaged is asked for again next time.
-
-The import checks that the file holds the manifest whose digest was asked for, and
-the sequence check refuses a pack older than one already taken from its signer: a
-center (or anyone between) can hand back neither another pack nor an older one. A
-pack left pending by an earlier round that is now older is dropped and asked anew.
-
-The state of each (URL, selection) lives in ``packs/pulls/<id>.json``; an flock on
-``<id>.lock`` keeps two pulls of the same source from running at once.
+One round asks the center for a pack (``POST /v1/packs``, a delta against the snapshot
+last imported completely), downloads it into ``packs/incoming/`` (``Range`` resumes a
+cut-short download), then imports it like ``pack import``. Only a complete import
+advances the snapshot; a round that dies is taken up by the next. State per (URL,
+selection) is ``packs/pulls/<id>.json``, guarded by an flock. docs/operating/edge.md, "The edge".
 """
 
 from __future__ import annotations

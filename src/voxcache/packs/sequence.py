@@ -1,17 +1,10 @@
 """Pack sequences: a publisher's packs are numbered, and an importer never goes back.
 
-Every manifest carries a ``sequence``, signed with it. A publisher issues
-``max(last issued + 1, now in milliseconds)``: strictly increasing on one node even if its
-clock steps back, and in step across nodes that share a signing key (a center and a
-laptop running ``pack export --sign``) as long as their clocks roughly agree. An
-importer records, per signing key, the highest sequence it has admitted, at the moment
-it admits a pack (before anything is written), and refuses a pack with a lower one:
-an older pack could carry takes a newer pack's tombstones, or a purge here, removed —
-the rollback attack of TUF's specification (§5.4), refused the same way. The same pack
-again (its own sequence) is admitted, so an import cut short can be resumed.
-
-A pack written before sequences existed counts as ``created`` in milliseconds. The
-numbers live in the index database (table ``pack_sequences``, one row per key).
+A publisher issues ``max(last issued + 1, now in ms)``; an importer records per signing
+key the highest sequence it admitted (index table ``pack_sequences``) and refuses a lower
+one — an older pack could bring back what a newer one's tombstones removed (TUF's rollback
+attack, §5.4). The same pack again is admitted, so a cut-short import resumes.
+docs/operating/edge.md, "Purges and rollback".
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from ..audio import Audio
 from ..engine import Engine
 from ..entry import Entry
+from ..loading import Loader
 from ..outcome import Progress, Result
 from ..resolved import ResolvedRequest
 from ..singleflight import FlightGroup
@@ -30,6 +31,8 @@ class Pipeline(Protocol):
     """In-process single flight (segment mode leads several keys in one engine call)."""
     lock_wait: float
     """Longest wait for another caller's render or lock (seconds)."""
+    loader: Loader
+    """The load-once path (a policy's own artifacts, such as the learned join pauses)."""
     waveform: frozenset[str]
     """The engine parameters that shape the waveform (what a key covers)."""
 

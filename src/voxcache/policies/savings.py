@@ -1,19 +1,10 @@
 """The savings ledger: what the takes served from the cache would have cost the engine.
 
-Every hit adds its tenant's and voice's figures: one hit, the characters of its text,
-and the engine seconds its take cost when it was rendered (``render_seconds`` in the
-envelope). Counting must not slow a hit, so the request path adds to a dictionary in
-memory; a background thread (and ``flush``/exit) folds it every ``FLUSH_SECONDS`` into
-the ``savings`` table of the cache folder's index database, one row per hour, tenant
-and voice. The table is durable (a rebuilt index carries it over), every worker adds
-to it, and it outlives restarts; money is computed when read, at the configured
-prices (``[savings]``), so a price change re-values the past consistently.
-
-Several nodes: each node's ledger is its own folder's. With a Redis tier each node
-also mirrors its rows into one Redis hash (``<prefix>{savings}:ledger``, a field per
-node, hour, tenant and voice holding the node's running totals). A mirror write sets
-totals rather than adding to them, so writing twice, or again after Redis comes back,
-never counts anything twice; the fleet's figures are the sum over nodes.
+A hit adds to a dictionary in memory (counting must not slow it); a background thread
+folds it every ``FLUSH_SECONDS`` into the index database's ``savings`` table, one row per
+hour, tenant and voice, durable and shared by workers. Money is computed when read, at
+the configured prices. With Redis each node mirrors its totals into one hash (set, never
+added, so a repeated write counts nothing twice). docs/operating/admission.md, "The savings ledger".
 """
 
 from __future__ import annotations
@@ -85,7 +76,7 @@ class Ledger:
             try:
                 _write(self.cache, pending)
             except sqlite3.Error as exc:
-                self.cache.disk.faults.report("savings", exc, "the savings ledger could not "
+                self.cache.report_fault("savings", exc, "the savings ledger could not "
                                               "be written; kept for the next flush")
                 with self._lock:
                     for row, figures in pending.items():
@@ -118,7 +109,7 @@ def node_id(cache: Cache) -> str:
 
 
 def _write(cache: Cache, pending: dict[tuple[int, str, str], list[float]]) -> None:
-    with cache.disk.index.transaction() as db:
+    with cache.index.transaction() as db:
         db.executemany(
             "INSERT INTO savings VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(bucket, tenant, voice) "
             "DO UPDATE SET hits = hits + excluded.hits, chars = chars + excluded.chars, "
@@ -133,7 +124,7 @@ def _mirror(cache: Cache, node: str, rows: list[tuple[int, str, str]]) -> None:
         return
     client, name, guard = access
     try:
-        found = cache.disk.index.query(
+        found = cache.index.query(
             "SELECT bucket, tenant, voice, hits, chars, seconds FROM savings WHERE " + " OR ".join(
                 ["(bucket = ? AND tenant = ? AND voice = ?)"] * len(rows)),
             [value for row in rows for value in row], wait=0.2)
@@ -176,7 +167,7 @@ def rows(cache: Cache, since: float | None = None, fleet: bool = False,
     ``fleet``, with a Redis tier — every node's mirrored rows (this node's from its folder)."""
     start = bucket_of(since) if since is not None else 0
     local = [(int(b), str(t), str(v), int(h), int(c), float(s)) for b, t, v, h, c, s in
-             cache.disk.index.query("SELECT bucket, tenant, voice, hits, chars, seconds FROM "
+             cache.index.query("SELECT bucket, tenant, voice, hits, chars, seconds FROM "
                                     "savings WHERE bucket >= ?", (start,), wait=1.0)]
     if fleet:
         local += _others(cache, start)

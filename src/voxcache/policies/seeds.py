@@ -1,18 +1,9 @@
 """Seed policy: what an unseeded request gets from a sampling engine.
 
-An explicit seed is part of the key, so it needs no policy. Without one (or
-with -1) an engine such as Piper at its default noise gives a different take
-on every call, and the operator chooses:
-
-- ``pin`` (default): the first take is kept and served to everyone.
-- ``bypass``: always render, never store (``X-Cache: BYPASS``).
-- ``variants:N`` (or ``variants:N:random``): keep up to N takes and serve them
-  in rotation (or at random), rendering a new take only while fewer than N
-  exist — variety at cache speed.
-
-Take 0 is stored under the request key itself, so switching between ``pin``
-and ``variants`` keeps the take already paid for; take i>0 is stored under
-``derived_key(key, "take", n=i)``. Rotation counters live in the process.
+An explicit seed is in the key. Without one: ``pin`` (default) keeps the first take for
+everyone; ``bypass`` always renders, never stores; ``variants:N[:random]`` keeps up to N
+takes served in rotation. Take 0 is stored under the request key itself (switching
+policies keeps it), take i>0 under ``derived_key(key, "take", n=i)``. docs/operating/service.md.
 """
 
 from __future__ import annotations

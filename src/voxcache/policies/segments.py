@@ -1,34 +1,18 @@
 """Segment mode: serve a request from the sentences the cache has already heard.
 
-Real traffic repeats sentences far more than whole requests. When the engine
-declares how it splits text (``Engine.split_sentences``) and that a sentence's
-audio does not depend on its neighbours, a whole-request miss is served as the
-cached sentences plus the missing ones rendered — in one engine call where the
-engine would split the joined text the same way — stitched with the engine's
-own inter-sentence gap, and stored under the request key as well.
-
-Why a context-free segment's key is the key of the sentence asked alone: the
-engine renders that sentence from the sentence alone, so it *is* the same
-audio; one key means one stored copy, and a one-sentence request and the same
-sentence inside a paragraph hit each other. An engine that conditions on its
-neighbours gets ``kind: "segment"`` keys that include the declared context.
-
-Each sentence passes the storing gate on its own (``policies.admit``): a sentence
-with an order number is served but not stored while its neighbours are, and the
-stitched request take holding it is not stored either (its ``reason`` is the
-sentence's).
-
-Each segment key has its own single flight and cross-process lock, so two
-paragraphs sharing a new sentence render it once. A caller renders every
-segment it leads before it waits on segments others lead, so flights never
-wait on each other in a cycle; locks are taken in key order for the same reason.
+When the engine declares its split (``Engine.split_sentences``) and that a sentence's audio
+does not depend on its neighbours, a whole-request miss is the stored sentences plus the
+missing ones rendered, joined by the engine's join rule. A context-free sentence is keyed
+as the sentence asked alone (one stored copy, hit both ways); each passes the storing gate
+on its own and has its own flight and lock (leaders render before they wait, locks in key
+order: no cycles). docs/internals/segments.md.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from ..audio import Audio
@@ -62,19 +46,43 @@ def check_engine(engine: Engine) -> None:
             "would sound different; turn segment mode off for this engine")
 
 
-def enabled(setting: str | bool, engine: Engine) -> bool:
+def enabled(setting: str | bool, engine: Engine) -> bool | str:
     """Resolve the ``segments`` setting: ``auto`` turns it on only where it is safe, probing
-    the engine's split in its own default language (``segment_probe``, which logs why)."""
+    the engine's split in its own default language (``segment_probe``, which logs why);
+    ``clauses`` goes below the sentence (``policies.clauses``), only for an engine that
+    declares ``clause_safe`` — refused otherwise, never quietly split less."""
     value = str(setting).strip().lower()
     if value in ("auto", ""):
         from .segment_probe import auto
 
         return auto(engine)
-    if value in ("on", "true", "1", "yes"):
+    if value in ("on", "true", "1", "yes", "sentences"):
         return True
     if value in ("off", "false", "0", "no"):
         return False
-    raise InvalidParameter(f"segments setting {setting!r} must be auto, on or off")
+    if value == "clauses":
+        return CLAUSES
+    raise InvalidParameter(f"segments setting {setting!r} must be auto, on (sentences), "
+                           "clauses or off")
+
+
+CLAUSES = "clauses"
+"""The ``segments`` value of clause segments."""
+
+
+def parse(setting: bool | str) -> bool | str:
+    """A ``CachedEngine(segments=…)`` value: False, True (sentences) or ``"clauses"``."""
+    if isinstance(setting, bool):
+        return setting
+    value = str(setting).strip().lower()
+    if value in ("sentences", "on", "true"):
+        return True
+    if value in ("off", "false", ""):
+        return False
+    if value == CLAUSES:
+        return CLAUSES
+    raise InvalidParameter(f"segments={setting!r} must be True, False, 'sentences' or "
+                           "'clauses'")
 
 
 def plan(pipeline: Pipeline, resolved: ResolvedRequest) -> list[Segment] | None:
@@ -103,14 +111,14 @@ def plan(pipeline: Pipeline, resolved: ResolvedRequest) -> list[Segment] | None:
 class _InOrder(dict[str, Audio]):
     """Segment audio by key that hands each sentence to ``progress`` in request order, as
     soon as it and every sentence before it exist (a stored third sentence waits for a
-    rendered second one; stored leading sentences go at once), under the engine's join
-    rule."""
+    rendered second one; stored leading sentences go at once), under the join rule."""
 
-    def __init__(self, segments: list[Segment], progress: Progress, gap: float) -> None:
+    def __init__(self, segments: list[Segment], progress: Progress,
+                 rule: Callable[[Audio], Audio]) -> None:
         super().__init__()
         self._segments = segments
         self._progress = progress
-        self._rule = JoinRule(gap)
+        self._rule = rule
         self._next = 0
 
     def __setitem__(self, key: str, value: Audio) -> None:
@@ -126,7 +134,8 @@ class _InOrder(dict[str, Audio]):
 def serve(pipeline: Pipeline, resolved: ResolvedRequest, key: str, started: float,
           segments: list[Segment] | None = None,
           progress: Progress = NO_PROGRESS, refusal: str | None = None,
-          caller: str | None = None) -> Result | None:
+          caller: str | None = None,
+          rule: Callable[[], Callable[[Audio], Audio]] | None = None) -> Result | None:
     """Make a whole-request miss from segments (sealed, for the caller to publish); None
     when segment mode does not apply.
 
@@ -134,8 +143,11 @@ def serve(pipeline: Pipeline, resolved: ResolvedRequest, key: str, started: floa
     then every sentence in order as it becomes available — stored ones at once, rendered
     ones as the engine yields them. ``refusal``: why the request's take will not be stored,
     known already (said in ``begin``); ``caller`` counts towards each sentence's
-    ``admit_after``.
+    ``admit_after``. ``rule`` makes the join rule (default: the engine's sentence
+    ``JoinRule``; clause segments bring their own, ``policies.joins``).
     """
+    gap = pipeline.engine.segment_gap
+    rule = rule or (lambda: JoinRule(gap))
     segments = segments if segments is not None else plan(pipeline, resolved)
     if segments is None:
         return None
@@ -152,7 +164,7 @@ def serve(pipeline: Pipeline, resolved: ResolvedRequest, key: str, started: floa
     how, tier = _how(stored, len(segments))
     progress.begin("bypass" if refusal else how, tier, (stored, len(segments) - stored),
                    refusal or "")
-    audio = _InOrder(segments, progress, pipeline.engine.segment_gap)
+    audio = _InOrder(segments, progress, rule())
     audio.update(stored_audio)
     audio.flush()
     missing = list(dict.fromkeys(s.key for s in segments if s.key not in audio))
@@ -168,7 +180,8 @@ def serve(pipeline: Pipeline, resolved: ResolvedRequest, key: str, started: floa
             pipeline.served(seg.resolved, entries[seg.key])
         if pipeline.text_refusal(seg.resolved) is None:  # never-store text stays out of usage
             pipeline.asked(seg.resolved, seg.key, seg.key in hit_keys, kind="segment")
-    stitched = stitch([audio[s.key] for s in segments], pipeline.engine.segment_gap)
+    joining = rule()
+    stitched = Audio.join([joining(audio[s.key]) for s in segments])
     how, tier = _how(hits, len(segments))
     if how == "partial":
         pipeline.count("partials")

@@ -23,6 +23,9 @@ from .. import __version__
 from ..cached import CachedEngine
 from ..config import Settings, load_settings
 from ..policies.segments import enabled
+from ..protocols.cosyvoice import route as cosyvoice
+from ..protocols.gpt_sovits import route as gpt_sovits
+from ..protocols.piper import route as piper
 from ..runtime import open_cached_engine
 from ..scheduling import Admission
 from . import admin, api_docs, errors, speech, stored, voice_routes
@@ -35,7 +38,6 @@ from .metrics import Metrics
 from .options import ServiceOptions, service_options
 from .packs import install as install_packs
 from .packs import is_fallback
-from .routes import cosyvoice, gpt_sovits, gpt_sovits_control, piper
 from .serving import Server
 from .speech_memo import SpeechHitFastPath, SpeechMemo
 from .stopping import StopSignals, stop_waiting_now
@@ -88,9 +90,9 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
     app.state.voices = VoiceStore(settings.cache_dir / "voices", options.max_upload_seconds,
                                   cached.cache)
     errors.install(app)
-    for module in (speech, stored, voice_routes, admin, gpt_sovits, gpt_sovits_control,
-                   cosyvoice, piper):
+    for module in (speech, stored, voice_routes, admin, gpt_sovits, cosyvoice, piper):
         app.include_router(module.router)
+    app.include_router(gpt_sovits.control_router)
     install_packs(app)  # /v1/packs routes and the identity record
     install_methods(app)  # 405 with every method a path takes (innermost: after the fast paths)
     edge = cached.engine

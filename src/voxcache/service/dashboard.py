@@ -53,7 +53,7 @@ def install(app: FastAPI, settings: Settings) -> None:
     server: Server = app.state.server
     config = dashboard_settings(settings)
     history = History(server.cache.root, config.interval, config.window,
-                      report=server.cache.disk.faults.report)
+                      report=server.cache.report_fault)
     server.metrics.attach(history, server.admission)
     sampler = Sampler(server.metrics, history, server.cache)
     app.state.dashboard = Figures(server, history, settings.upstream)
@@ -95,7 +95,7 @@ async def viewer_of(request: Request) -> Viewer:
 @router.get("/v1/dashboard", tags=["ops"])
 async def dashboard(request: Request) -> dict[str, Any]:
     """What the dashboard page draws: current figures, the charts' series and the top
-    phrases (see docs/metrics.md). Computed in the I/O pool: it reads the index and the
+    phrases (see docs/operating/metrics.md). Computed in the I/O pool: it reads the index and the
     shared history."""
     viewer = await viewer_of(request)
     server: Server = request.app.state.server

@@ -23,6 +23,7 @@ from ..policies import savings
 from ..policies.admit import recent_refusals, refusal_counts
 from ..policies.usage import request_from_payload
 from ..tiers.entry_files import NotAnEntryFile, read_entry_file
+from ..vocabulary import TierName
 from .dashboard_series import SeriesMemo, hit_rate, hits_and_misses, recent, series
 from .history import History, HistoryUnavailable, Sample
 from .metrics import KIND_SCAN_SECONDS, disk_kinds
@@ -58,10 +59,10 @@ class RenderSeconds:
         with self._lock:
             if key in self._seen:
                 return self._seen[key]
-        entry = server.cache.memory.peek(key)
+        entry = server.cache.in_process.peek(key)
         if entry is None:  # read and verified like any disk read, but counted as none
             with contextlib.suppress(OSError, NotAnEntryFile, CorruptEntry):
-                entry = decode(read_entry_file(str(server.cache.disk.path_of(key))), key)
+                entry = decode(read_entry_file(str(server.cache.folder.path_of(key))), key)
         seconds = entry.header.meta.get("render_seconds") if entry is not None else None
         if not isinstance(seconds, int | float):
             return None
@@ -211,7 +212,7 @@ class Figures:
                 "engine_seconds_spent": round(persisted.get("render_ms", 0) / 1000, 3)}
 
     def _storage(self, stats: dict[str, Any], gauges: dict[Sample, float]) -> dict[str, Any]:
-        disk = stats["tiers"]["disk"]
+        disk = stats["tiers"][TierName.DISK]
         workers = max(1, int(sum(v for (n, _), v in gauges.items() if n == "voxcache_workers")))
         memory_kinds: dict[str, dict[str, float]] = {}
         for (name, labels), value in gauges.items():
@@ -225,14 +226,14 @@ class Figures:
         counters = stats["counters"]
         return {
             "tiers": [
-                {"tier": "memory", "workers": workers,
+                {"tier": TierName.MEMORY, "workers": workers,
                  "bytes": int(sum(k.get("bytes", 0) for k in memory_kinds.values())),
                  "entries": int(sum(k.get("entries", 0) for k in memory_kinds.values())),
                  "kinds": [{"kind": kind, "bytes": int(v.get("bytes", 0)),
                             "entries": int(v.get("entries", 0)),
                             "budget": int(v.get("budget", 0)) or None}
                            for kind, v in sorted(memory_kinds.items())]},
-                {"tier": "disk", "bytes": disk["bytes"], "entries": disk["entries"],
+                {"tier": TierName.DISK, "bytes": disk["bytes"], "entries": disk["entries"],
                  "max_bytes": disk["max_bytes"], "max_entries": disk["max_entries"],
                  "kinds": None if kinds is None else [
                      {"kind": kind, "entries": count, "bytes": size}
@@ -303,16 +304,16 @@ class Figures:
                 "missed": missed, "hits": asked - missed,
                 "engine_seconds": None if per_take is None else round(per_take * count, 3),
                 "engine_seconds_estimated": estimated,
-                "stored": self._stored(key), "pinned": self.server.cache.disk.is_pinned(key),
+                "stored": self._stored(key), "pinned": self.server.cache.folder.is_pinned(key),
                 "request": warm, "can_warm": can_warm, "why_not": why})
         return out
 
     def _stored(self, key: str) -> bool:
-        return self.server.cache.memory.peek(key) is not None or \
-            self.server.cache.disk.contains(key)
+        return self.server.cache.in_process.peek(key) is not None or \
+            self.server.cache.folder.contains(key)
 
     def _mean_render_seconds(self) -> float | None:
-        counters = self.server.cache.disk.counters() or {}
+        counters = self.server.cache.folder.counters() or {}
         syntheses = counters.get("syntheses", 0)
         return counters.get("render_ms", 0) / 1000 / syntheses if syntheses else None
 

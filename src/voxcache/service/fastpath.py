@@ -55,7 +55,7 @@ class StoredAudioFastPath:
         if any(name in headers for name in PASS_THROUGH_HEADERS):
             return None
         state = scope["app"].state
-        memory = state.server.cache.memory
+        memory = state.server.cache.in_process
         entry = memory.peek(match.group(1))  # no recency change until ownership is known
         if entry is None:
             return None

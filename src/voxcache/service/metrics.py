@@ -9,7 +9,7 @@ seems to go down because another worker answered. Without a history (a library
 user's app, or a cache folder that cannot hold one) it is this process's figures.
 Tier totals, evictions and corruptions are read from ``cache.stats()`` at scrape
 time: they are the cache folder's own figures across every process that shares it.
-Every name is documented in docs/metrics.md.
+Every name is documented in docs/operating/metrics.md.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from ..policies import savings as ledger
 from ..policies.admit import refusal_counts
 from ..stages.figures import EVENTS as STAGE_EVENTS
 from ..stages.figures import stage_figures
+from ..vocabulary import TierName
 from .history import History, HistoryUnavailable, Sample, sample
 
 disable_created_metrics()  # the _created series double every scrape for no use here
@@ -150,7 +151,7 @@ class Metrics:
         """This process's gauges: render slots and queue, memory tier per kind, itself."""
         gauges = {sample(name): float(read()) for name, read in self._gauges.items()}
         gauges[sample("voxcache_workers")] = 1.0
-        for kind, figures in self.cache.memory.stats().items():
+        for kind, figures in self.cache.in_process.stats().items():
             gauges[sample("voxcache_memory_bytes", kind=kind)] = float(figures["bytes"])
             gauges[sample("voxcache_memory_entries", kind=kind)] = float(figures["entries"])
             gauges[sample("voxcache_memory_budget_bytes", kind=kind)] = float(
@@ -192,16 +193,16 @@ class _Collector(Collector):
         counters, gauges, _shared = self.metrics.workers_view()
         yield from self._workers(counters, gauges)
         stats = self.cache.stats()
-        disk = stats["tiers"]["disk"]
+        disk = stats["tiers"][TierName.DISK]
         stored = GaugeMetricFamily("voxcache_stored_bytes", "Bytes stored per tier (memory: "
                                    "all workers)", labels=["tier"])
         entries = GaugeMetricFamily("voxcache_stored_entries", "Entries stored per tier "
                                     "(memory: all workers)", labels=["tier"])
         if disk["bytes"] is not None:  # None while the index cannot answer
-            stored.add_metric(["disk"], disk["bytes"])
-            entries.add_metric(["disk"], disk["entries"])
-        stored.add_metric(["memory"], _total(gauges, "voxcache_memory_bytes"))
-        entries.add_metric(["memory"], _total(gauges, "voxcache_memory_entries"))
+            stored.add_metric([TierName.DISK], disk["bytes"])
+            entries.add_metric([TierName.DISK], disk["entries"])
+        stored.add_metric([TierName.MEMORY], _total(gauges, "voxcache_memory_bytes"))
+        entries.add_metric([TierName.MEMORY], _total(gauges, "voxcache_memory_entries"))
         yield stored
         yield entries
         yield from _caps(disk)
@@ -382,9 +383,9 @@ def _caps(disk: dict[str, Any]) -> Iterator[Any]:
     max_entries = GaugeMetricFamily("voxcache_stored_entries_limit", "The disk tier's entry "
                                     "cap (absent when unbounded)", labels=["tier"])
     if disk.get("max_bytes") is not None:
-        max_bytes.add_metric(["disk"], disk["max_bytes"])
+        max_bytes.add_metric([TierName.DISK], disk["max_bytes"])
     if disk.get("max_entries") is not None:
-        max_entries.add_metric(["disk"], disk["max_entries"])
+        max_entries.add_metric([TierName.DISK], disk["max_entries"])
     yield max_bytes
     yield max_entries
 
@@ -407,7 +408,7 @@ def disk_kinds(cache: Cache, tenant: str | None = None) -> list[tuple[str, int, 
     cannot answer (it is an accelerator: a figure goes missing, nothing fails)."""
     where, args = ("WHERE tenant = ?", (tenant,)) if tenant is not None else ("", ())
     try:
-        rows = cache.disk.index.query(
+        rows = cache.index.query(
             f"SELECT kind, COUNT(*), COALESCE(SUM(size), 0) FROM entries {where} "
             "GROUP BY kind ORDER BY kind", args, wait=0.2)
     except sqlite3.Error:

@@ -44,7 +44,7 @@ PACK_MEDIA_TYPE = "application/x-tar"
 
 @dataclass(frozen=True, slots=True)
 class PackSettings:
-    """The ``[packs]`` table (docs/edge.md)."""
+    """The ``[packs]`` table (docs/operating/edge.md)."""
 
     signing_key: str | None = None
     """The private key (``voxcache pack keygen``) this node signs the packs it publishes

@@ -122,7 +122,7 @@ def held_parts(server: Server, entry: Entry, fmt: Format) -> tuple[Part, ...] | 
         if fmt.name == "pcm":
             return (entry.payload,)
         return wav_header(header.sample_rate, header.channels, header.length), entry.payload
-    found = server.cache.memory.get(key_of(header.key, fmt), "encoded")
+    found = server.cache.in_process.get(key_of(header.key, fmt), "encoded")
     return None if found is None else (found.payload,)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from ..cache import Cache
 from ..config import Settings
 from ..errors import InvalidParameter
+from ..vocabulary import TierName
 from .history import SAMPLER_WAIT, History, HistoryUnavailable, Sample, sample
 from .metrics import Metrics
 
@@ -73,10 +74,10 @@ def folder_figures(cache: Cache) -> dict[Sample, float]:
     stats = cache.stats()
     figures = {sample("voxcache_cache_events_total", event=name): float(value)
                for name, value in stats["counters"].items()}
-    disk = stats["tiers"]["disk"]
+    disk = stats["tiers"][TierName.DISK]
     if disk["bytes"] is not None:
-        figures[sample("voxcache_stored_bytes", tier="disk")] = float(disk["bytes"])
-        figures[sample("voxcache_stored_entries", tier="disk")] = float(disk["entries"])
+        figures[sample("voxcache_stored_bytes", tier=TierName.DISK)] = float(disk["bytes"])
+        figures[sample("voxcache_stored_entries", tier=TierName.DISK)] = float(disk["entries"])
     return figures
 
 

@@ -51,7 +51,7 @@ class Server:
         tenant's key costs what an absent one costs and counts nothing for its owner).
         The owner's memory hit stays on the loop; everything else runs in the I/O pool."""
         check_index = self.multi_tenant
-        held = self.cache.memory.peek(key)
+        held = self.cache.in_process.peek(key)
         if held is not None and held.header.meta.get("tenant", "default") == tenant:
             return self.cache.get_owned(key, tenant, check_index=check_index)
         return await self.admission.read(

@@ -143,9 +143,10 @@ class SpeechHitFastPath:
         cached = server.cached
         if decision is None or decision.resolved.model_revision != cached.engine.model_revision:
             return False
-        entry = server.cache.memory.get(decision.key)
-        if entry is None:
+        near = server.cache.recall(decision.key)
+        if near is None:
             return False
+        entry = near[0]
         cache_key = (decision.key, decision.fmt)
         take = (entry.header.created, entry.header.length)
         answer = memo.answers.get(cache_key)
@@ -157,7 +158,7 @@ class SpeechHitFastPath:
             parts = held_parts(server, entry, decision.fmt)
             if parts is None:
                 return False
-        result = cached.hit(decision.resolved, decision.key, (entry, "memory"), started)
+        result = cached.hit(decision.resolved, decision.key, near, started)
         if answer is None:
             # The stored samples (a view of this entry's blob), not an encoding held apart:
             own = getattr(parts[-1], "obj", None) is entry.blob

@@ -5,7 +5,7 @@ its strong ETag. Every byte sent comes from a verified entry: the file is
 verified (every byte of it) when this process reads it, the verified entry sits
 in the memory tier, and whole bodies and Range slices are both cut from it —
 never re-read from the file, which could have changed since (``service.ranges``).
-A zero-copy front (nginx serving the cache folder, ``docs/nginx.conf``) skips
+A zero-copy front (nginx serving the cache folder, ``docs/operating/nginx.conf``) skips
 that verification and the tenant check; it is outside these promises.
 
 Another tenant's key is answered exactly like a key that does not exist (404),
@@ -87,7 +87,7 @@ async def list_entries(request: Request, limit: int = Query(50, ge=1, le=1000),
     """This tenant's stored takes, most recently used first (from the index)."""
     server: Server = request.app.state.server
     rows = await server.admission.read(
-        server.cache.disk.index.rows, "tenant = ? AND kind = 'audio'", [tenant],
+        server.cache.index.rows, "tenant = ? AND kind = 'audio'", [tenant],
         "last_access DESC", limit)
     return {"entries": [{"key": r.key, "size": r.size, "created": r.created, "hits": r.hits,
                          "pinned": r.pinned, "voice": r.voice, "text": r.text,
@@ -125,7 +125,7 @@ async def unpin_entry(key: str, request: Request, tenant: str = Depends(tenant_o
 async def _owned(request: Request, key: str, tenant: str) -> Server:
     """The server, once ``key`` is known to be one of ``tenant``'s stored takes (else 404)."""
     server: Server = request.app.state.server
-    owner = await server.admission.read(server.cache.disk.owner, key) \
+    owner = await server.admission.read(server.cache.folder.owner, key) \
         if KEY.fullmatch(key) else None
     if owner != tenant:
         raise NotFound(f"no entry {key!r}")

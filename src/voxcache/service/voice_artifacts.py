@@ -105,7 +105,8 @@ class AdmittedEmbeddings(SpeakerEmbeddings):
         key = StageInputs("embedding", SpeakerEncoder.id, self.revision, clip.fingerprint,
                           tenant).key()
         cache = self.stages.cache
-        return cache.memory.contains(key, "embedding") or cache.disk.contains(key, "embedding")
+        return (cache.in_process.contains(key, "embedding")
+                or cache.folder.contains(key, "embedding"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +241,7 @@ def derived_rows(cache: Cache, tenant: str, fingerprint: str) -> list[IndexRow]:
     artifacts naming its voice anchor as parent. ``CacheDirError`` when the index cannot
     answer: a purge that cannot see what to remove must not report success."""
     try:
-        return cache.disk.index.rows(
+        return cache.index.rows(
             "(tenant = ? AND voice = ?) OR parent = ?",
             (tenant, fingerprint[:VOICE_TAG_DIGITS], voice_anchor(tenant, fingerprint)),
             order="kind, key")

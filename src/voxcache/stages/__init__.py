@@ -1,16 +1,10 @@
 """Stage caches: what voice cloning computes before the waveform, cached by content.
 
-- ``StageCache`` / ``stage_cached``: any function of a reference clip (``cache``);
-- ``SpeakerEncoder`` / ``same_speaker``: resemblyzer embeddings (``embeddings``, extra
-  ``[embeddings]``);
-- ``CosyVoicePrompts`` / ``GPTSoVITSPrompts``: the engines' own prompt caches made
-  persistent and shared (``cosyvoice``, ``gpt_sovits``);
-- ``TokenTakes``: autoregressive output per segment, re-decoded without generation
-  (``tokens``);
-- ``SessionStates``: decoder prefix state per session and per voice, memory only
-  (``sessions``).
-
-Design and figures: docs/stages.md.
+``StageCache`` / ``stage_cached`` (any function of a reference clip), ``SpeakerEncoder``
+(resemblyzer embeddings, extra ``[embeddings]``), the engines' prompt caches
+(``protocols.cosyvoice.prompts``, ``protocols.gpt_sovits.prompts``), ``TokenTakes``
+(autoregressive output per segment) and ``SessionStates`` (decoder prefix state, memory
+only). Design and figures: docs/internals/stages.md.
 """
 
 from __future__ import annotations

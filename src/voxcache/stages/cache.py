@@ -1,22 +1,10 @@
 """A cache for any function of a reference clip: embeddings, prompts, token takes, state.
 
-``StageCache.get_or_compute(inputs, compute)`` reads top-down like the audio path:
-
-1. the key follows from ``StageInputs`` (fingerprint, transcript, language, extractor
-   and revision, parameters, tenant, kind);
-2. the fastest tier holding it answers (memory, then disk — and whatever shared
-   tiers the stack has), verified like every entry (``tensors.decode_tensor_entry``),
-   and only if it belongs to the caller's tenant;
-3. a miss takes the load-once path every take takes (``voxcache.loading``): it joins
-   the key's flight in this process or leads it; the leader takes the key's lock (the
-   machine's flock, then the node lease), looks at the tiers again (another process or
-   node may have extracted it meanwhile), and only then runs the extractor — once;
-4. the artifact is published through every tier as a safetensors file that records the
-   extractor's measured time, so each later hit can count the time it saved.
-
-``session`` artifacts (decoder state) are kept in memory only: they are large,
-cheap to rebuild and private to a conversation, so they never reach a shared tier,
-and the memory tier evicts them first under pressure (``tiers.memory``).
+``StageCache.get_or_compute(inputs, compute)`` reads top-down like the audio path: the key
+from ``StageInputs``; the fastest tier holding it, verified and of the caller's tenant; else
+the load-once path (``voxcache.loading``: flight, lock and lease, look again, extract once);
+the artifact published as safetensors with its measured cost, so hits count time saved.
+``session`` artifacts stay in memory only and go first. docs/internals/stages.md.
 """
 
 from __future__ import annotations
@@ -145,10 +133,10 @@ class StageCache:
         """
         started = time.perf_counter()
         if kind in MEMORY_ONLY_KINDS:
-            held = self.cache.memory.peek(key, kind)
+            held = self.cache.in_process.peek(key, kind)
             if held is None or _tenant_of(held) != tenant:
                 return None
-            found: tuple[Entry, str] | None = (held, "memory")
+            found: tuple[Entry, str] | None = (held, self.cache.in_process.name)
         else:
             found = self.cache.get_owned(key, tenant, kind)
         if found is None or found[0].header.kind != kind:
@@ -166,7 +154,7 @@ class StageCache:
 
     def _store(self, entry: Entry, inputs: StageInputs) -> None:
         if inputs.kind in MEMORY_ONLY_KINDS:
-            self.cache.memory.replace(entry, tenant=inputs.tenant)
+            self.cache.in_process.replace(entry, tenant=inputs.tenant)
             self._remember_session(inputs, entry)
         else:
             self.cache.put(entry, tenant=inputs.tenant)
@@ -180,10 +168,10 @@ class StageCache:
     def voice_artifacts(self, tenant: str, fingerprint: str) -> list[tuple[str, str]]:
         """(key, kind) of every stored artifact derived from one tenant's voice."""
         anchor = voice_anchor(tenant, fingerprint)
-        stored = set(self.cache.disk.children(anchor))
+        stored = set(self.cache.folder.children(anchor))
         with self._count_lock:
             live = {k for k in self._sessions.get(anchor, ())
-                    if self.cache.memory.contains(k, "session")}
+                    if self.cache.in_process.contains(k, "session")}
         stored |= {(k, "session") for k in live}
         return sorted(stored)
 

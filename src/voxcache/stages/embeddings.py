@@ -1,13 +1,9 @@
 """Speaker embeddings with a real encoder (resemblyzer), cached like any stage.
 
-resemblyzer ships its speaker encoder's weights (a 3-layer LSTM, 17 MB) inside its
-wheel, so nothing is downloaded at run time. An embedding is 256 float32 values,
-L2-normalised; encoding a clip costs hundreds of milliseconds on a CPU (tens of
-seconds the first time in a fresh environment, while numba compiles librosa's
-kernels), a cached one is read in microseconds from memory.
-
-The weights load through torch's weights-only loader (no code runs from the
-file); what voxcache stores is safetensors, never pickle.
+resemblyzer ships its encoder's weights in its wheel (nothing is downloaded); an embedding
+is 256 L2-normalised float32 values, hundreds of milliseconds to compute on a CPU and
+microseconds to read from memory. The weights load through torch's weights-only loader;
+what voxcache stores is safetensors, never pickle.
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ INSTALL_HINT = "pip install 'voxcache[embeddings]'"
 SAME_SPEAKER_THRESHOLD = 0.80
 """Cosine similarity at or above which two resemblyzer embeddings count as one speaker.
 
-Measured here (docs/stages.md): two sentences of one voice score 0.92 (Piper's
+Measured here (docs/internals/stages.md): two sentences of one voice score 0.92 (Piper's
 joe, and espeak-ng's en-us alike); different voices 0.44–0.73 (Piper against
 espeak-ng, espeak-ng's en-us against its en+f3 variant, Piper against itself
 pitch-shifted by sox). 0.80 sits between, with margin on both sides; raise it

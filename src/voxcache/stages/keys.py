@@ -1,17 +1,10 @@
 """What a stage artifact is a function of, and the key that follows from it.
 
-A stage artifact (a speaker embedding, an engine's processed prompt, a token take,
-decoder state) is keyed by everything it depends on and nothing else: the
-reference clip's *decoded-PCM* fingerprint (never a path or a name: CosyVoice's
-``spk2info`` mixed prompts reused by name, GPT-SoVITS kept an old voice after the
-file at the same path changed), the transcript and language, the extractor and
-its revision, the parameters that shape the artifact, the tenant and the kind.
-Leaving one out would hand a caller another voice's features; adding one that does
-not matter would only cost hits.
-
-Every artifact derived from one voice records that voice's *anchor* (a key computed
-from the tenant and the fingerprint) as its parent, so a purge finds them all
-through the index the disk tier already keeps.
+Keyed by everything it depends on and nothing else: the clip's decoded-PCM fingerprint
+(never a path or a name: CosyVoice's ``spk2info`` reused prompts by name, GPT-SoVITS kept
+an old voice after its file changed), transcript, language, extractor and revision,
+shaping parameters, tenant and kind. Every artifact of one voice records the voice's
+*anchor* (tenant + fingerprint) as its parent, so a purge finds them all.
 """
 
 from __future__ import annotations

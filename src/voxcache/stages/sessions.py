@@ -1,17 +1,10 @@
 """Decoder state per conversation and per voice prompt: memory only, evicted first.
 
-An autoregressive decoder that has read a conversation so far holds its keys and
-values (the KV cache) for every position. The next turn only appends: with that
-state kept, the model reads the new turn's tokens instead of the whole history
-again. The state is keyed by the session id and a hash of the turns so far (so a
-conversation that was edited or branched never continues from the wrong past), the
-model and its revision, the voice and the tenant. The prompt prefix of a voice
-(the same on every request in that voice) is kept the same way, with no session.
-
-Entries are ``session`` kind: they stay in this process's memory tier (never on
-disk or a shared tier — they are large, cheap to rebuild and private to one
-conversation) and are the first to go when the memory tier is over its total
-budget (``tiers.memory.EVICTION_PRIORITY``).
+A decoder's KV cache for a conversation so far lets the next turn read only its new tokens.
+Keyed by session id and a hash of the turns so far (an edited or branched conversation never
+continues from the wrong past), model and revision, voice and tenant; a voice's prompt
+prefix likewise, with no session. ``session`` entries never leave this process's memory
+tier and go first under pressure (``tiers.memory.EVICTION_PRIORITY``).
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """A small GPT-style decoder with a KV cache: the session-state mechanism on a real model.
 
-No engine here keeps state across conversation turns (engines.md §0.1.6), so the
-mechanism is shown on a transformer built in torch and randomly initialised from a
-seed: token and position embeddings, pre-norm blocks of causal multi-head
-attention and an MLP, a tied-free output head. ``forward`` takes the new tokens
-and the keys/values of everything read before, exactly as an engine's LLM does
-with ``past_key_values``. It runs in float64 so that reading a context in one
-piece or in two gives the same logits bit for bit, and greedy decoding the same
-tokens — which is what ``Conversation`` checks against the model run without the
-kept state.
-
-This is a demonstration and a test bed (tests/stages, bench/stages.py), not an
-engine: it needs torch (the ``[embeddings]`` extra brings it).
+No engine here keeps state across turns, so the mechanism is shown on a seeded torch
+transformer whose ``forward`` takes new tokens plus the keys/values read before, as an
+engine's ``past_key_values``. float64, so a context read in one piece or two gives the same
+logits bit for bit (``Conversation`` checks it). A test bed (tests/stages, bench/stages.py),
+not an engine; needs torch (extra ``[embeddings]``).
 """
 
 from __future__ import annotations

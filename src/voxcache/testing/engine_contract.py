@@ -1,28 +1,11 @@
 """The contract every engine keeps, as a pytest class to subclass (like ``tier_contract``).
 
-    from voxcache.testing.engine_contract import EngineContract
-
-    class TestMyEngine(EngineContract):
-        @pytest.fixture
-        def engine(self):
-            return MyEngine()
-
-        @pytest.fixture
-        def load_spec(self):            # how `voxcache --engine` names it
-            return "my-engine"
-
-        @pytest.fixture
-        def variant_engine(self, tmp_path):  # the engine with one weight or voice file changed
-            return MyEngine(weights=changed_copy(tmp_path))
-
-What it checks, each against what the engine declares (``voxcache.engine.Engine``):
-its description; that its split agrees with its render (one chunk per part, the parts
-are the text, a part splits into itself) or it declares none; that its pause between
-sentences (``segment_gap``) is in the take on every path; that its model revision is
-the same in another process and changes with a weight or voice file; that declared
-parameters are keyed (waveform-shaping ones only) and undeclared ones refused; that
-it is as deterministic as it says; that its renders are safe to run at once or run one
-at a time; empty, silent, long and Unicode text; and that every chunk is canonical PCM.
+Subclass ``EngineContract`` with fixtures ``engine``, ``load_spec`` (how ``--engine``
+names it) and ``variant_engine`` (one weight or voice file changed); docs/internals/extending.md
+shows one. It checks each promise against what the engine declares: its split agrees with
+its render, ``segment_gap`` is in the take on every path, the model revision is stable
+across processes and changes with the files, declared parameters are keyed and others
+refused, determinism and concurrency as declared, awkward text, canonical PCM chunks.
 """
 
 from __future__ import annotations
@@ -45,7 +28,8 @@ from ..audio import Audio
 from ..cache import Cache
 from ..cached import CachedEngine
 from ..engine import DETERMINISM, Engine, JoinRule
-from ..errors import EngineError, RequestError
+from ..errors import EngineError, RequestError, UnsupportedFeature
+from ..policies.clauses import split_clauses
 from ..request import SynthesisRequest
 
 TEXTS = {
@@ -55,6 +39,9 @@ TEXTS = {
     "zh": ["列车即将进站。请站在黄线以外！", "欢迎光临。祝您用餐愉快！"],
     "ja": ["ドアが閉まります。ご注意ください！", "ご乗車ありがとうございます。次は東京です。"],
 }
+CLAUSE_TEXTS = {"en": "Thanks for waiting, your order has shipped. It costs 1,000 dollars.",
+                "zh": "感谢您的耐心等待，您的订单已经发货。",
+                "ja": "お待たせしました、ご注文は発送済みです。"}
 UNICODE = {"en": "Café déjà vu — naïve façade, résumé… “quoted” ✓ 42 °C.",
            "zh": "温度是42°C，“请注意”安全✓。", "ja": "温度は42°Cです、「注意」してください✓。"}
 
@@ -151,6 +138,24 @@ class EngineContract:
                     alone = self.render(cached, self.request(engine, part))
                     assert Audio.join(alone).pcm == chunk.pcm, (
                         f"{part!r} alone is not its chunk of the whole")
+
+    def test_clause_segments_only_where_declared(self, cached: CachedEngine) -> None:
+        """``segments = "clauses"`` is refused unless the engine declares ``clause_safe``;
+        a declaring engine renders every clause alone as one chunk of its own split."""
+        engine = cached.engine
+        if not engine.clause_safe:
+            with pytest.raises(UnsupportedFeature, match="clause"):
+                CachedEngine(engine, cached.cache, segments="clauses")
+            return
+        assert engine.segments_context_free, "clause_safe needs context-free segments"
+        language = engine.default_language.split("-")[0].lower()
+        clauses = [c for s in engine.split_sentences(CLAUSE_TEXTS.get(
+            language, CLAUSE_TEXTS["en"])) or [] for c in split_clauses(s)]
+        assert len(clauses) > 1, "a declaring engine must say its sentences"
+        for clause in clauses:
+            assert engine.split_sentences(clause) in (None, [clause]), clause
+            chunks = self.render(cached, self.request(engine, clause))
+            assert len(chunks) == 1, f"{len(chunks)} chunks for the clause {clause!r}"
 
     def test_the_pause_between_sentences_is_in_the_take_on_every_path(
             self, engine: Engine, tmp_path: Path) -> None:

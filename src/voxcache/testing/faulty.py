@@ -1,13 +1,9 @@
 """A stand-in engine that renders speech-like takes, good or broken on request.
 
-The quality gate (``voxcache.policies.admit.quality``) is there for takes a neural
-engine sometimes gets wrong: runaway output, truncation, silence, clipping, NaN, a DC
-offset, a long pause. ``FaultyEngine`` makes each of them on purpose: its ``fault``
-parameter (part of the key, so every fault is its own take) picks what goes wrong with
-an otherwise plausible take — a tone whose loudness rises and falls four and a half
-times a second, as long as the text spoken at that rate. With ``base="piper"`` the
-good take is Piper's real speech and the faults are applied to it (the figures of
-docs/admission.md).
+``FaultyEngine``'s ``fault`` parameter (keyed, so each fault is its own take) makes what
+the quality gate is there for: runaway output, truncation, silence, clipping, NaN, a DC
+offset, a long pause — applied to a speech-shaped tone or, with ``base="piper"``, to
+Piper's real speech (docs/operating/admission.md's figures).
 
     voxcache --engine voxcache.testing.faulty:FaultyEngine serve
 """

@@ -1,18 +1,11 @@
 """TCP proxies for faults the servers themselves cannot make: a slow Redis, a cut link.
 
-    with SlowRedisProxy(redis_server.port, delay=0.8, match=b":lease") as proxy:
-        url = proxy.url            # redis://127.0.0.1:<port>/0, through the proxy
+    with SlowRedisProxy(redis_server.port, delay=0.8, match=b":lease") as proxy: proxy.url
+    with TcpProxy(s3_server.port) as link: link.endpoint; link.blocked = True
 
-    with TcpProxy(s3_server.port) as link:
-        endpoint = link.endpoint   # http://127.0.0.1:<port>
-        link.blocked = True        # every connection cut or refused, until set False
-
-``SlowRedisProxy`` holds every command whose arguments contain ``match`` (all commands
-when it is ``b""``) ``delay`` seconds before it reaches the real redis-server; later
-commands on that connection queue behind it, so replies keep their order, exactly as on a
-slow link. A client whose timeout is shorter gives up while the command is still on its
-way, and the command then runs late: what a fault-tolerant client must survive. It also
-counts the commands that crossed it, by name (round trips as clients sent them).
+``SlowRedisProxy`` holds each command whose arguments contain ``match`` for ``delay``
+seconds (later commands on the connection queue behind it, as on a slow link), so a
+client that times out leaves a command that still runs late; it counts commands by name.
 """
 
 from __future__ import annotations

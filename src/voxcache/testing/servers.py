@@ -1,19 +1,12 @@
-"""Real Redis, Redis Cluster, S3 (moto) and Prometheus servers on free ports, for tests and
-benchmarks.
+"""Real Redis, Redis Cluster, S3 (moto), Prometheus and voxcache servers on free ports.
 
-What the shared tiers are proven against: the Debian ``redis-server`` (one instance,
-or a cluster made with ``redis-cli --cluster create``) and moto's S3 server mode
-(the ``moto[server]`` package, in the [test] extra). Shipped with the package, like the
-tier contract, so the test suite, ``bench`` and a multi-node test can share them.
+Child processes started and stopped by their own pid (never the machine's Redis on 6379),
+on random free ports in 20000-40000 (with the cluster bus port +10000), shared by the
+tests, ``bench`` and multi-node checks:
 
-Each server is a child process this module starts and stops by its own pid (never
-the machine's Redis on 6379). Ports are drawn at random from 20000-40000 and checked
-free, together with the cluster bus port (+10000) for cluster nodes.
-
-    with RedisServer(tmp) as server:        server.url, server.kill(), server.start()
-    with RedisClusterServers(tmp) as cl:    cl.url (redis+cluster://…), cl.nodes
-    with MotoS3Server() as s3:              s3.env (AWS_* variables), s3.create_bucket(name)
-    with PrometheusServer(tmp, scrape_configs) as prom:  prom.query(expr), prom.url
+    with RedisServer(tmp) as server:   with RedisClusterServers(tmp) as cl:
+    with MotoS3Server() as s3:         with PrometheusServer(tmp, scrape_configs) as prom:
+    with serve_process(folder, "--workers", "2") as (url, proc):
 """
 
 from __future__ import annotations
@@ -27,7 +20,9 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -337,3 +332,48 @@ class PrometheusServer(_Process):
 
     def __repr__(self) -> str:
         return f"prometheus on port {self.port}"
+
+
+@contextlib.contextmanager
+def serve_process(cache_dir: Path, *args: str, engine: str = "tone",
+                  config: Path | None = None, env: dict[str, str] | None = None,
+                  ready_timeout: float = 90.0,
+                  ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """A real ``voxcache serve`` subprocess in a clean ``VOXCACHE_*`` environment (``env``
+    adds to it); yields its URL once /readyz answers 200, and its process (output piped,
+    text), which is stopped with SIGTERM, then SIGKILL, when the block ends."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "voxcache.cli", "--cache-dir", str(cache_dir),
+           "--engine", engine]
+    if config is not None:
+        cmd += ["--config", str(config)]
+    cmd += ["serve", "--port", str(port), *args]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**clean, **(env or {})})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + ready_timeout
+        while not _answers_ready(proc, url):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"voxcache serve did not become ready in {ready_timeout:g} s")
+            time.sleep(0.1)
+        yield url, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _answers_ready(proc: subprocess.Popen[str], url: str) -> bool:
+    if proc.poll() is not None:
+        output = proc.stdout.read() if proc.stdout is not None else ""
+        raise RuntimeError(f"voxcache serve exited: {output}")
+    try:
+        with urllib.request.urlopen(f"{url}/readyz", timeout=2) as answer:
+            return bool(answer.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False

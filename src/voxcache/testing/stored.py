@@ -18,7 +18,7 @@ from ..tiers.layout import entry_path
 
 def stored_bytes(cache: Cache, key: str, kind: str = "audio") -> bytes | None:
     """The bytes stored for (key, kind), or None."""
-    return cache.disk.read_stored(key, kind)
+    return cache.folder.read_stored(key, kind)
 
 
 def overwrite_stored(cache: Cache, key: str, kind: str, blob: bytes) -> None:

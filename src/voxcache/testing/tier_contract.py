@@ -1,20 +1,10 @@
 """The contract every tier keeps, as a pytest class to subclass (like dogpile.cache's).
 
-    from voxcache.testing.tier_contract import TierContract
-
-    class TestMyTier(TierContract):
-        @pytest.fixture
-        def tier(self, tmp_path):
-            t = MyTier(...)
-            yield t
-            t.close()
-
-Override ``corrupt`` to let the suite damage a stored object the way your storage
-could (a flipped byte in the file, the Redis value, the S3 object), and ``plant`` to
-let it write raw bytes where an entry belongs (garbage, another key's entry, another
-kind's entry: what a stranger with write access to the storage could leave there); a
-tier that cannot be reached from outside (memory) leaves them raising
-``NotImplementedError`` and those tests are skipped.
+Subclass ``TierContract`` with a ``tier`` fixture. Override ``corrupt`` to let the suite
+damage a stored object the way your storage could (a flipped byte in the file, the Redis
+value, the S3 object) and ``plant`` to let it write raw bytes where an entry belongs
+(garbage, another key's or kind's entry); a tier that cannot be reached from outside
+(memory) leaves them raising ``NotImplementedError`` and those tests are skipped.
 """
 
 from __future__ import annotations

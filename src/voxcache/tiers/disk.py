@@ -65,6 +65,7 @@ from .layout import (
 )
 from .lifecycle import entry_stored, reconcile
 from .repair import open_index, rebuild_damaged
+from .roles import TierRole
 
 log = logging.getLogger("voxcache.disk")
 T = TypeVar("T")
@@ -78,6 +79,7 @@ class DiskTier:
 
     name = "disk"
     durable = True
+    role = TierRole.FOLDER
 
     def __init__(self, root: Path, *, flush_interval: float = 2.0, check_at_start: bool = True,
                  clock: Callable[[], float] = time.time) -> None:
@@ -730,7 +732,7 @@ def refuse_network_filesystem(root: Path) -> None:
             f"cache folder {root} is on a network filesystem ({fstype}): SQLite and file locks "
             "are not safe there. Give each node a local cache_dir (--cache-dir, VOXCACHE_DIR) "
             "and share takes through the shared tiers instead: tiers = [\"memory\", \"disk\", "
-            "\"redis://host:6379/0\", \"s3://bucket/prefix\"] (docs/cluster.md)")
+            "\"redis://host:6379/0\", \"s3://bucket/prefix\"] (docs/operating/cluster.md)")
 
 
 def filesystem_type(path: Path, mounts: str = "/proc/mounts") -> str:

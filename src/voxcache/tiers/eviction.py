@@ -28,7 +28,7 @@ An entry's score is ``clock + log2(C × v)``:
   before" without a sketch.
 
 The benchmark suite (``bench/policies.py``) replays these functions, imported from here, and
-chose the constants on its traces (``docs/benchmarks.md``).
+chose the constants on its traces (``docs/internals/benchmarks.md``).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ LOW_WATERMARK = 0.98
 written, so one-offs on probation get that long to be asked again."""
 DEFAULT_SECONDS_PER_MB = {"encoded": 2.0}
 """What a stored MB cost to make when the entry does not say: an mp3 encode runs at
-~0.24 s per MB of PCM here and is ~12% of its size (``docs/benchmarks.md``)."""
+~0.24 s per MB of PCM here and is ~12% of its size (``docs/internals/benchmarks.md``)."""
 DEFAULT_COST_PER_MB = 1.0
 MIN_SECONDS = 1e-4
 MAX_SECONDS = 3_600.0

@@ -1,96 +1,73 @@
 """Tiers from their configured spelling: ``["memory", "disk", "redis://…", "s3://…"]``.
 
 The configuration names tiers in read order (``tiers = [...]`` in the TOML file,
-``VOXCACHE_TIERS=memory,disk,redis://host:6379/0,s3://bucket/prefix``). This module
-turns each spelling into a tier, with a message that says what to write instead
-for a spelling it cannot use, and the pip command for an extra that is missing.
-The shared tiers' client libraries are imported only when a URL asks for them, so
-a memory + disk set-up needs none of them.
-
-    memory                         MemoryTier(**options)
-    disk                           DiskTier(options["root"], …)
-    redis://host:port/db           RedisTier (``rediss://`` for TLS)
-    redis+cluster://host:port      RedisTier on a Redis Cluster (any node; ``rediss+cluster``)
-    s3://bucket/prefix             S3Tier (endpoint, keys: the standard AWS variables)
-
-``tiers_from_urls`` builds a whole list and gives the Redis tier the S3 tier as its
-object tier, so entries over Redis' inline limit are stored in S3 and pointed to.
+``VOXCACHE_TIERS=memory,disk,redis://host:6379/0,s3://bucket/prefix``). Each spelling's
+scheme names a kind of ``tiers.registry`` (the shipped ones, or a plugin's); a spelling it
+cannot use gets a message saying what to write instead, a missing extra the pip command.
+A list is built in dependency order (a kind's ``after``): the S3 tier before the Redis tier
+that stores its large entries there, the disk tier before the memory tier that asks it for
+pins.
 """
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..errors import InvalidParameter, MissingDependency
+from ..errors import InvalidParameter
 from .base import Tier
+from .registry import BUILTIN, SHARED_EXTRA, TierKind, forms, kind_of, kinds, scheme_of
 from .remote import ObjectStore, redacted
 
-SHARED_EXTRA = "pip install 'voxcache[shared]'"
-FORMS = ("memory", "disk", "redis://host:6379/0", "rediss://host:6380/0",
-         "redis+cluster://host:7000", "s3://bucket/prefix")
+__all__ = ["FORMS", "SHARED_EXTRA", "close_all", "split_tier_list", "tier_from_url",
+           "tiers_from_urls"]
+
+log = logging.getLogger("voxcache.tiers")
+FORMS = forms(BUILTIN)
 
 
 def tier_from_url(url: str, *, object_tier: ObjectStore | None = None,
                   **options: Any) -> Tier:
     """The tier ``url`` names. ``object_tier`` is where a Redis tier stores entries over
     its inline limit; ``options`` are the tier's own settings (``root`` for disk)."""
-    spelling = url.strip()
-    scheme = spelling.split("://", 1)[0].lower() if "://" in spelling else spelling.lower()
-    if scheme == "memory":
-        from .memory import MemoryTier
-
-        return MemoryTier(**options)
-    if scheme == "disk":
-        from .disk import DiskTier
-
-        if "root" not in options:
-            raise InvalidParameter("the disk tier needs its folder (root=…; the cache folder)")
-        return DiskTier(Path(options.pop("root")), **options)
-    if scheme in ("redis", "rediss", "redis+cluster", "rediss+cluster"):
-        try:
-            from .redis import RedisTier
-        except ImportError as exc:
-            raise MissingDependency(f"the Redis tier needs redis-py with hiredis ({exc}): "
-                                    f"{SHARED_EXTRA}") from None
-        return RedisTier.from_url(spelling, object_store=object_tier, **options)
-    if scheme == "s3":
-        try:
-            from .s3 import S3Tier
-        except ImportError as exc:
-            raise MissingDependency(f"the S3 tier needs boto3 ({exc}): {SHARED_EXTRA}"
-                                    ) from None
-        return S3Tier.from_url(spelling, **options)
-    raise InvalidParameter(f"tier {redacted(spelling)!r} is not one voxcache knows; write one "
-                           f"of: {', '.join(FORMS)}")
+    kind = _known(url, kinds())
+    peers = {} if object_tier is None else {name: object_tier for name in kind.after}
+    return kind.build(url.strip(), dict(options), peers)  # type: ignore[arg-type]
 
 
 def tiers_from_urls(urls: Sequence[str], *,
                     options: Mapping[str, Mapping[str, Any]] | None = None) -> list[Tier]:
     """Every tier of a configured list, in its order; ``options`` by tier name
-    (``{"disk": {"root": …}, "redis": {"inline_limit": …}}``). A Redis tier listed with
-    an S3 tier stores its large entries there."""
+    (``{"disk": {"root": …}, "redis": {"inline_limit": …}}``). If one cannot be built, the
+    ones built already are closed before the error goes up."""
+    table = kinds()
     if not urls:
         raise InvalidParameter(f"the tier list is empty; name at least one of: "
-                               f"{', '.join(FORMS)}")
+                               f"{', '.join(forms(table))}")
     settings = options or {}
-    kinds = [_name_of(url) for url in urls]
-    repeated = sorted({kind for kind in kinds if kinds.count(kind) > 1})
+    named = [kind.name if (kind := kind_of(url, table)) else scheme_of(url) for url in urls]
+    repeated = sorted({name for name in named if named.count(name) > 1})
     if repeated:
         raise InvalidParameter(f"tier list names {', '.join(repeated)} more than once; each "
                                "tier may appear once")
-    built: dict[int, Tier] = {}
-    object_tier: Any = None
-    if "s3" in kinds:  # made first, so the Redis tier can point into it
-        at = kinds.index("s3")
-        object_tier = built[at] = tier_from_url(urls[at], **settings.get("s3", {}))
-    for at, url in enumerate(urls):
-        if at not in built:
-            built[at] = tier_from_url(url, object_tier=object_tier if kinds[at] == "redis"
-                                      else None, **dict(settings.get(kinds[at], {})))
-    return [built[at] for at in range(len(urls))]
+    found = [_known(url, table) for url in urls]
+    built: dict[str, Tier] = {}
+    pending = list(range(len(urls)))
+    try:
+        while pending:
+            at = next(at for at in pending if all(
+                need in built or need not in named for need in found[at].after))
+            kind = found[at]
+            peers = {need: built[need] for need in kind.after if need in built}
+            built[kind.name] = kind.build(urls[at].strip(), dict(settings.get(kind.name, {})),
+                                          peers)
+            pending.remove(at)
+    except BaseException:
+        close_all(built.values())
+        raise
+    return [built[name] for name in named]
 
 
 def split_tier_list(text: str) -> list[str]:
@@ -98,8 +75,18 @@ def split_tier_list(text: str) -> list[str]:
     return [part for part in re.split(r"[,\s]+", text.strip()) if part]
 
 
-def _name_of(url: str) -> str:
-    """The tier name a spelling yields (what ``X-Cache-Tier`` says)."""
-    scheme = url.strip().split("://", 1)[0].lower()
-    return {"rediss": "redis", "redis+cluster": "redis", "rediss+cluster": "redis"}.get(
-        scheme, scheme)
+def _known(url: str, table: Mapping[str, TierKind]) -> TierKind:
+    kind = kind_of(url, table)
+    if kind is None:
+        raise InvalidParameter(f"tier {redacted(url.strip())!r} is not one voxcache knows; "
+                               f"write one of: {', '.join(forms(table))}")
+    return kind
+
+
+def close_all(tiers: Iterable[Tier]) -> None:
+    """Close each of ``tiers``; one that fails is logged, the others still close."""
+    for tier in tiers:
+        try:
+            tier.close()
+        except Exception as exc:  # closing after a failed start: its error is what matters
+            log.warning("tier %s not closed cleanly: %s", tier.name, exc)

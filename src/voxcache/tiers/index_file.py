@@ -8,7 +8,7 @@ miss every take stored before. These checks are cheap (an ``lstat`` per file and
 100-byte header), so the disk tier runs them when it opens the index, whenever a
 connection opens, and before following a path that names a new file
 (``Index._connect``). Damage inside pages is SQLite's to find (``PRAGMA quick_check``,
-``Index.check_pages``); see docs/design.md (Disk tier) for the whole story.
+``Index.check_pages``); see docs/internals/design.md (Disk tier) for the whole story.
 
 The header is never read from a file SQLite has opened in this process: closing any
 descriptor of a file drops every POSIX lock the process holds on it, SQLite's included

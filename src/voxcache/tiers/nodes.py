@@ -25,17 +25,19 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidParameter
-from .base import TierStack
+from ..vocabulary import TierCount, TierName
+from .base import Tier, TierStack
 from .bus import Bus, News
-from .factory import FORMS, tiers_from_urls
+from .factory import FORMS
 from .faults import FaultLog
 from .leases import Leases
 from .publish import DEFAULT_MAX_BYTES, Publisher
 from .remote import redacted
+from .roles import TierRole, with_role
 
 log = logging.getLogger("voxcache.nodes")
 
-LOCAL_TIERS = ("memory", "disk")
+LOCAL_TIERS = (TierName.MEMORY.value, TierName.DISK.value)
 FOLD_SECONDS = 2.0
 LEASE_BACKOFF = 1.0
 """Longest the render leases stay failed open after Redis answers again."""
@@ -65,13 +67,13 @@ def tier_list(value: str | Iterable[str]) -> tuple[str, ...]:
     return (*LOCAL_TIERS, *shared)
 
 
-def shared_tiers(tiers: Sequence[str], *, write_queue: int = DEFAULT_MAX_BYTES,
+def shared_tiers(tiers: Sequence[Tier], *, write_queue: int = DEFAULT_MAX_BYTES,
                  count: Callable[[str, int], None]) -> Publisher | None:
-    """The shared tiers a checked tier list names, with their publisher (None: none)."""
-    urls = list(tiers[len(LOCAL_TIERS):])
-    if not urls:
+    """The publisher of the shared tiers among ``tiers`` (None: there are none)."""
+    shared = with_role(tiers, TierRole.SHARED)
+    if not shared:
         return None
-    return Publisher(tiers_from_urls(urls), max_bytes=write_queue, count=count)
+    return Publisher(shared, max_bytes=write_queue, count=count)
 
 
 class Nodes:
@@ -87,7 +89,7 @@ class Nodes:
         self.bus: Bus | None = None
         self.leases: Leases | None = None
         self._redis_access: RedisAccess | None = None
-        redis = next((tier for tier in shared if tier.name == "redis"), None)
+        redis = next((tier for tier in shared if tier.name == TierName.REDIS), None)
         if redis is not None:
             inner: Any = redis
             guard = functools.partial(stack.call, redis)
@@ -142,7 +144,7 @@ class Nodes:
             for name, value in counts.items():
                 delta = int(value) - seen.get(name, 0)
                 if delta > 0:
-                    self._count(f"{tier.name}_{name}", delta)
+                    self._count(TierCount.FOLDED.of(tier.name, name), delta)
                     if name in FOLDED_TOO:
                         self._count(FOLDED_TOO[name], delta)
                 seen[name] = int(value)

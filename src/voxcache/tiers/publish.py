@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from ..entry import Entry
+from ..vocabulary import TierCount
 
 log = logging.getLogger("voxcache.publish")
 
@@ -172,7 +173,7 @@ class Publisher:
             self._settled(job.key)
         if shed:
             for tier in job.tiers:
-                self._count(f"{tier.name}_writes_shed", 1)
+                self._count(TierCount.WRITES_SHED.of(tier.name), 1)
         job.done.set()
         return False
 
@@ -228,7 +229,7 @@ class Publisher:
             if held is FAILED:
                 failed.append(tier)
             elif held is not None and not same_take(held, winner):
-                self._count(f"{tier.name}_realigned", 1)
+                self._count(TierCount.REALIGNED.of(tier.name), 1)
                 self._run(tier, "replace", lambda t=tier, w=winner: t.replace(
                     w, tenant=job.tenant), False)
         with self._cond:
@@ -248,7 +249,7 @@ class Publisher:
             with self._cond:
                 self._settled(job.key)
             for tier in failed:
-                self._count(f"{tier.name}_writes_failed", 1)
+                self._count(TierCount.WRITES_FAILED.of(tier.name), 1)
             return False
         again = _Job(job.outcome or job.entry, job.tenant, job.tiers if job.decided
                      else self.tiers[::-1], job.decided, job.started, job.attempt + 1)
@@ -323,7 +324,7 @@ class Publisher:
         if dropped:
             log.warning("shared tiers: %d queued writes dropped at close", dropped)
             for tier in self.tiers:
-                self._count(f"{tier.name}_writes_shed", dropped)
+                self._count(TierCount.WRITES_SHED.of(tier.name), dropped)
 
 
 def _unguarded(tier: Tier, operation: str, fn: Callable[[], T], default: T) -> T:

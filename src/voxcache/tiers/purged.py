@@ -5,7 +5,7 @@ A purge — ``voxcache purge``, ``DELETE /v1/entries/{key}``, a voice purge, a r
 tombstone a trusted pack carried — records the key with ``until``: no take of that key
 created at or before ``until`` may be imported here again (``packs.importer``), and a
 node that publishes packs ships its tombstones in every pack, so its edges forget the key
-too (docs/edge.md, *Purges travel*). Eviction and expiry are not purges and record
+too (docs/operating/edge.md, *Purges travel*). Eviction and expiry are not purges and record
 nothing: an evicted take may come back.
 
 A purge here covers the take it removes: ``until`` is the purge's time or the stored

@@ -31,7 +31,7 @@ Several processes share one index:
 
 Rows that other processes wrote to the old file after it was replaced are not lost:
 their entries were published before the replacement, so the walk, which lists the
-folder after it, finds them. docs/design.md (Disk tier) and docs/reliability.md
+folder after it, finds them. docs/internals/design.md (Disk tier) and docs/internals/reliability.md
 have the bound and the figures.
 """
 

@@ -20,7 +20,7 @@ variables (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY`
 - **Expiry.** ``x-amz-meta-vx-expires`` (and the HTTP ``Expires`` header a CDN
   honours) record it; a read checks the metadata before fetching the body and the
   envelope after. A bucket lifecycle rule is only garbage collection
-  (docs/cluster.md has a sample rule).
+  (docs/operating/cluster.md has a sample rule).
 - **Bounded.** Each call makes at most ``attempts`` tries of ``connect_timeout`` +
   ``timeout`` (botocore's standard retry mode, ≤ 1 s back-off), and a body must
   arrive within ``timeout`` once its headers have; failures raise

@@ -1,50 +1,51 @@
 """The caching gateway's upstreams: engines that render misses on a running TTS server.
 
-``voxcache serve --upstream KIND=URL`` puts the cache in front of a server that
-already exists; clients keep their protocol and each distinct request reaches
-the server once. Kinds:
-
-- ``gpt-sovits``: GPT-SoVITS ``api_v2.py`` (``POST /tts``)
-- ``cosyvoice``: CosyVoice's FastAPI server (``/inference_*``, raw PCM)
-- ``openai``: any OpenAI-compatible ``/v1/audio/speech`` server
-- ``piper-http``: Piper's own server (``python -m piper.http_server``)
-- ``voxcache``: a central voxcache — this node becomes its edge (``upstream.voxcache``)
-
-Each module is imported only when its kind is used.
+``voxcache serve --upstream KIND=URL`` puts the cache in front of a server that already exists;
+clients keep their protocol and each distinct request reaches the server once. The kinds are
+data (``UPSTREAMS``, the registry mechanism engines use: ``voxcache.registry``); each protocol's
+client lives in its folder under ``voxcache.protocols``, and this package keeps what they share
+(transport, HTTP, health, decoding, revisions) and the edge's client (``upstream.voxcache``).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import Any, cast
 
 from ..engine import Engine, accepted_options
 from ..errors import InvalidParameter
+from ..registry import Registry
 from .base import UpstreamEngine, check_url
 
-KINDS = {
-    "gpt-sovits": ("gpt_sovits", "GptSovitsEngine"),
-    "cosyvoice": ("cosyvoice", "CosyVoiceEngine"),
-    "openai": ("openai", "OpenAISpeechEngine"),
-    "piper-http": ("piper_http", "PiperHttpEngine"),
-    "voxcache": ("voxcache", "VoxcacheEdgeEngine"),  # edge nodes (issue 14)
-}
+UPSTREAMS = Registry("upstream kind", "voxcache.upstreams", UpstreamEngine, {
+    "gpt-sovits": "voxcache.protocols.gpt_sovits.upstream:GptSovitsEngine",  # api_v2 POST /tts
+    "cosyvoice": "voxcache.protocols.cosyvoice.upstream:CosyVoiceEngine",  # /inference_*, PCM
+    "openai": "voxcache.upstream.openai:OpenAISpeechEngine",  # any /v1/audio/speech server
+    "piper-http": "voxcache.protocols.piper.upstream:PiperHttpEngine",  # piper.http_server
+    "voxcache": "voxcache.upstream.voxcache:VoxcacheEdgeEngine",  # a central voxcache (edges)
+})
+"""The built-in upstream kinds (data); plugins add theirs under ``voxcache.upstreams``."""
 
-__all__ = ["KINDS", "UpstreamEngine", "load_upstream", "parse_upstream"]
+__all__ = ["UPSTREAMS", "UpstreamEngine", "load_upstream", "parse_upstream", "upstream_class"]
 
 
 def parse_upstream(spec: str) -> tuple[str, str]:
     """Split ``KIND=URL`` and check both parts, with errors that show a correct spelling."""
     kind, sep, url = (spec or "").partition("=")
     kind = kind.strip().lower()
+    kinds = ", ".join(UPSTREAMS.names())
     if not sep or not kind or not url.strip():
         raise InvalidParameter(
             f"upstream {spec!r} must be KIND=URL, e.g. gpt-sovits=http://127.0.0.1:9880; "
-            f"kinds: {', '.join(KINDS)}")
-    if kind not in KINDS:
-        raise InvalidParameter(
-            f"unknown upstream kind {kind!r}; kinds: {', '.join(KINDS)}")
+            f"kinds: {kinds}")
+    if UPSTREAMS.find(kind) is None:
+        raise InvalidParameter(f"unknown upstream kind {kind!r}; kinds: {kinds}")
     return kind, check_url(url.strip())
+
+
+def upstream_class(kind: str) -> type[UpstreamEngine]:
+    """The engine class of upstream ``kind``."""
+    unknown = f"unknown upstream kind {kind!r}; kinds: "
+    return cast(type[UpstreamEngine], UPSTREAMS.load(kind, lambda names: unknown + names))
 
 
 def load_upstream(spec: str, **options: Any) -> Engine:
@@ -55,8 +56,7 @@ def load_upstream(spec: str, **options: Any) -> Engine:
     are documented on each engine class.
     """
     kind, url = parse_upstream(spec)
-    module_name, class_name = KINDS[kind]
-    engine_class = getattr(importlib.import_module(f".{module_name}", __name__), class_name)
+    engine_class = upstream_class(kind)
     accepted = accepted_options(engine_class) - {"url"}
     unknown = sorted(set(options) - accepted)
     if unknown:

@@ -1,20 +1,11 @@
 """What every upstream engine shares: its identity in the key, its client, its refusals.
 
-An upstream's model revision names *which server* rendered a take — kind, URL
-and whatever model or version the server reports about itself — so two
-upstreams never share entries. What a server does not report (the weights
-loaded behind GPT-SoVITS' URL, a CosyVoice model directory, Piper's
-``--sentence-silence`` flag) is invisible to the gateway: an operator who
-changes the model behind the same URL must change ``revision`` (``--upstream
-gpt-sovits=URL`` with ``VOXCACHE_UPSTREAM_REVISION=v2pro-2026-03``), otherwise
-the old takes keep being served as if nothing changed.
-
-What a gateway *does* see is a switch proxied through it (GPT-SoVITS
-``/set_gpt_weights``): the weights it put in force (``in_force``) are part of
-the revision, recorded in the cache folder and shared by every process on it
-(``voxcache.upstream.revision``; ``attach`` loads it). A kind whose server
-cannot be asked about its model, with neither a label nor a recorded switch,
-is warned about loudly at start.
+An upstream's model revision names which server rendered a take (kind, URL, what the server
+reports about its model), so two upstreams never share entries. What a server does not
+report (the weights behind GPT-SoVITS' URL, Piper's ``--sentence-silence``) the operator
+names with ``revision``; a switch proxied through the gateway is in the revision
+(``upstream.revision``). A kind that cannot be asked, with neither, is warned about at
+start. docs/operating/gateway.md.
 """
 
 from __future__ import annotations

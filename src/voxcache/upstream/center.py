@@ -1,20 +1,10 @@
 """An edge's client for its center voxcache: three calls, and nothing it sends is trusted.
 
-- ``identity()``: ``GET /v1/packs/identity`` — the center's engine identity and the
-  tenant the edge's API key belongs to there.
-- ``stored(key)``: ``GET /v1/audio/{key}`` — the center's stored take, verified here
-  (``entry.decode`` with the key that was asked for: a body that is not that key's
-  entry, byte for byte, is an error and nothing of it is kept). At most
-  ``max_answer_bytes`` are read, within ``timeout`` for the whole answer (``transport``).
-- ``render(body, key)``: ``POST /v1/synthesize`` — the center renders and stores the
-  take; its ``X-Cache-Key`` must be the key the edge computed (else the two key the
-  request differently and nothing may be stored). The audio is then fetched by key,
-  so what the edge stores is always a verified envelope, never bare samples.
-
-Failures are sorted by what the edge should do about them: ``Unreachable`` (no
-connection could be made, or it was dropped before an answer: the edge goes
-offline for a while), ``CenterBusy`` (the center answered 503: pass its Retry-After
-on) and ``UpstreamError`` for everything else (the center answered, wrongly).
+``identity()`` (``GET /v1/packs/identity``), ``stored(key)`` (``GET /v1/audio/{key}``,
+verified as that key's entry byte for byte, bounded in size and time) and ``render(body,
+key)`` (``POST /v1/synthesize``, whose ``X-Cache-Key`` must be the edge's key; the audio is
+then fetched by key). Failures say what to do: ``Unreachable`` (go offline a while),
+``CenterBusy`` (pass Retry-After on), ``UpstreamError`` (answered wrongly).
 """
 
 from __future__ import annotations

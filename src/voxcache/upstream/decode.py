@@ -1,16 +1,10 @@
 """Turn what an upstream sends back into canonical int16 PCM, as it arrives.
 
-Upstreams answer in three shapes: a complete WAV file (Piper, OpenAI
-``response_format=wav``, GPT-SoVITS non-streaming), a *streamed* WAV whose
-header was written before the length was known (GPT-SoVITS streaming: a header
-claiming zero frames, then raw PCM), and headerless PCM at a rate only the
-operator knows (CosyVoice, OpenAI ``pcm``). The WAV reader therefore trusts the
-header for the format but not for an unknown length, and anything that is not
-16-bit PCM goes through libsndfile whole and is converted.
-
-Decoding is incremental so that a miss streams to its callers while the
-upstream is still speaking: each piece is whole frames, at least
-``MIN_CHUNK_BYTES`` long (the last one excepted).
+Three shapes: a complete WAV, a streamed WAV whose header claims zero frames (GPT-SoVITS
+streaming), and headerless PCM at a rate the operator names (CosyVoice, OpenAI ``pcm``).
+The header is trusted for the format, never for an unknown length; anything not 16-bit PCM
+goes through libsndfile. Incremental, in whole frames of at least ``MIN_CHUNK_BYTES``, so
+a miss streams while the upstream speaks.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """The revision in force: what an upstream renders with now, kept in the cache folder.
 
-An upstream's model revision is part of every key. For a server that can be
-switched at run time (GPT-SoVITS loads other weights on ``/set_gpt_weights``)
-the gateway proxies the switch and records what it put in force, so the same
-request afterwards is a new key rendered by the new weights and the old takes
-are never served as the new model's. That record must outlive a restart of
-voxcache (the upstream keeps its weights) and reach every process on the cache
-folder (``--workers``, a CLI beside the server), so it lives in
-``upstreams/<kind>-<url hash>.json`` and each change is announced through the
-cache's invalidation log (``Cache.announce("revision", engine id)``): the others
-re-read the file within its poll interval (0.1 s).
-
-A render and a switch must not overlap, or a take rendered by the new weights
-would be stored under the old revision's key (or the reverse). Every render
-therefore holds a shared ``flock`` for its whole length and checks, under it,
-that the revision it was keyed with is still the one in force; a switch takes
-the lock exclusively, so it waits for the renders in flight and holds new ones
-back until the new revision is recorded. A gate lock in front keeps a steady
-stream of renders from starving a waiting switch. A render keyed just before a
-switch is refused (503, send it again: it is then keyed, and rendered, anew).
+A switch proxied through the gateway (GPT-SoVITS ``/set_gpt_weights``) is recorded in
+``upstreams/<kind>-<url hash>.json`` and announced on the invalidation log, so every
+process keys new requests with the new weights and never serves old takes as theirs. A
+render holds a shared ``flock`` and checks the revision under it; a switch takes it
+exclusively (behind a gate lock, so it is not starved); a render keyed just before a switch
+is refused with 503. docs/operating/gateway.md, "Switching weights".
 """
 
 from __future__ import annotations

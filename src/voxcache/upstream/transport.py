@@ -1,22 +1,10 @@
 """How every upstream answer is read: a deadline for the whole answer, a size limit, a stop.
 
-httpx's timeouts are per socket operation: an upstream (or a center) that sends one
-byte every two seconds never trips a 300 s read timeout, and it held a render slot —
-and, with one slot, every other miss — for as long as it cared to. So every socket
-operation of an upstream call is bounded here by what is left of the *answer's*
-deadline (``within``), headers and body alike: the ``DeadlineBackend`` under httpx
-caps each connect, read and write at the time left, and refuses to start one once
-none is. A blocked read cannot outlive the deadline, and trickled bytes do not move it.
-
-``stop(grace)`` ends every call of one client within ``grace`` seconds — the service
-calls it when SIGTERM arrives, so a hung upstream cannot hold the process — by
-moving the deadline of every call in flight and, when it passes, shutting their
-sockets (which wakes a read blocked in ``recv``).
-
-``read_limited`` is the one way an answer's body is held in memory: a declared
-``Content-Length`` over the limit is refused before a byte is read, reading stops at
-the limit, and what was read is one ``bytearray`` (large ones are ``mmap``-ed by the
-allocator, so a refused body's memory goes straight back to the system).
+httpx's timeouts are per socket operation, so a server trickling a byte every two seconds
+held a render slot forever. Here every connect, read and write is capped by what is left
+of the answer's deadline (``DeadlineBackend``); ``stop(grace)`` ends every call on SIGTERM;
+``read_limited`` refuses a declared length over the limit before reading and stops at the
+limit. docs/operating/gateway.md, "Slow, huge and hung upstreams".
 """
 
 from __future__ import annotations

@@ -1,29 +1,10 @@
 """``--upstream voxcache=URL``: an edge node whose misses are answered by a central voxcache.
 
-The edge mirrors its center's engine identity (``GET /v1/packs/identity``: engine id,
-model revision, parameters with their defaults, voices and aliases, languages,
-capabilities), so it resolves and keys a request exactly as the center does and a
-take's key is the same on both. Hits are local, as on any node. A miss asks the
-center by key first (``GET /v1/audio/{key}``: the center's stored take), then for a
-render (``POST /v1/synthesize``, whose ``X-Cache-Key`` must equal the edge's key)
-followed by the same fetch by key — so every take the edge stores is an envelope it
-verified under the key it asked for, never bytes it took on trust.
-
-Offline: when the center cannot be reached, hits go on being served and a miss fails
-at once with 503 and ``Retry-After`` (``CenterUnreachable``) — the edge stays
-offline for a back-off that doubles from 1 s to 30 s, and the next miss after it
-probes again. With ``fallback = "piper"`` the service answers such a miss from a
-local engine instead (``service.edge``); that engine's revision is marked, so its
-takes are keyed — and stored — apart from the center's, never under a center key.
-
-Tenancy: the edge sends its ``api_key`` (``Authorization: Bearer``) on every call; the
-center keys what the edge asks as that key's tenant. The key has the tenant in it,
-so the edge's clients must be the same tenant here: the center says which one in
-its identity answer, and a miss of another local tenant is refused with a message
-that says how to configure it. Without API keys on either side, both are
-``default``. The edge records the identity in its cache folder
-(``packs/identity.json``) so it can start — and serve its hits — while the center
-is down.
+The edge mirrors its center's engine identity, so it keys a request exactly as the center
+does; a miss asks the center by key, then for a render, and stores only envelopes it
+verified under its own key. Offline (center unreachable) hits go on and a miss is a 503
+with Retry-After (back-off 1 s → 30 s), or a local ``fallback`` engine keyed apart. The
+edge sends its API key and is its center's tenant. docs/operating/edge.md, "The edge".
 """
 
 from __future__ import annotations

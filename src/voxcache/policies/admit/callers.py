@@ -1,19 +1,10 @@
 """Distinct callers per key, counted where every worker and node sees them (``admit_after``).
 
-A line only one caller ever hears is most likely that caller's own ("your table is
-ready, Mr Li"), so an operator can store a take only once N distinct callers asked
-for it. Counting must see every caller whichever worker or node it reached:
-
-- on one machine, a table in the cache folder's index database (``callers``: key,
-  caller hash, last seen), shared by every worker of ``voxcache serve --workers N``;
-- with a Redis tier, a set per key in Redis as well (``<prefix>{key}:callers``, expiring
-  with the window), which every node adds to: the count is the larger of the two, so a
-  Redis that is down falls back to this machine's callers (fewer: a take is stored
-  later, never earlier).
-
-A caller is kept only as a BLAKE3 hash of what identified it (never an API key as
-sent). The rows of a key go once its take is stored; rows older than the window are
-swept as they are written.
+A line only one caller hears is most likely that caller's own, so a take can wait for N
+distinct callers. Counted in the index database's ``callers`` table (every worker) and,
+with Redis, a per-key set every node adds to; the count is the larger, so a Redis that is
+down stores later, never earlier. Callers are kept only as BLAKE3 hashes; a key's rows go
+once its take is stored. docs/operating/admission.md, "Distinct callers".
 """
 
 from __future__ import annotations
@@ -58,7 +49,7 @@ class Callers:
     def forget(self, key: str) -> None:
         """The key's take is stored: its callers are not needed any more."""
         try:
-            with self.cache.disk.index.transaction(0.2) as db:
+            with self.cache.index.transaction(0.2) as db:
                 db.execute("DELETE FROM callers WHERE key = ?", (key,))
         except sqlite3.Error as exc:
             self._report("callers", exc, "a stored key's callers could not be forgotten "
@@ -70,7 +61,7 @@ class Callers:
     def _local(self, key: str, caller: str | None, window: float) -> int:
         now = self._clock()
         try:
-            with self.cache.disk.index.transaction(0.5) as db:
+            with self.cache.index.transaction(0.5) as db:
                 if caller is not None:
                     db.execute("INSERT INTO callers VALUES (?, ?, ?) ON CONFLICT(key, caller) "
                                "DO UPDATE SET seen = excluded.seen", (key, caller, now))

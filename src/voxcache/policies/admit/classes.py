@@ -1,19 +1,10 @@
 """Text classes a take may be refused for: what a line that names a person's data looks like.
 
-A voice agent speaks order numbers, phone numbers, addresses, amounts and dates. A
-take of such a line is personal data for as long as it is stored, and it never
-repeats, so the operator can name classes of text that are never stored
-(``[admission] never_store``). Each class is a detector over the request's
-normalised text, in English and Chinese (the languages the shipped engines speak),
-matched after NFKC so full-width digits and letters (``１２３``, ``ＡＢＣ``) count as
-their ASCII forms.
-
-Detectors lean towards refusing: a false match costs one take that is served but not
-stored; a miss keeps someone's data on disk for weeks. Phone numbers go through
-``phonenumbers`` (Google's libphonenumber, maintained, the reference for what a number
-in a region looks like); the rest are regular expressions (the date and number
-libraries that exist are English-only and far heavier than what a yes/no needs).
-docs/admission.md lists each class with examples of what it catches.
+Each class (``[admission] never_store``) is a detector over the request's NFKC-normalised
+text, in English and Chinese. Detectors lean towards refusing: a false match costs one
+take served but not stored, a miss keeps someone's data on disk. Phone numbers go through
+``phonenumbers`` (libphonenumber); the rest are regular expressions.
+docs/operating/admission.md lists each class with examples of what it catches.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """The storing gate: whether a take just made may enter the cache, and why not.
 
-One decision, taken on the load-once path between "made" and "publish"
-(``loading.Loader.lead`` asks the recipe to ``admit`` what it made; segment mode asks
-for each sentence before it publishes it), in this order:
-
-1. **text rules** (``classes``): the tenant's ``never_store`` classes — known before the
-   render, so a streamed answer already says ``BYPASS`` in its headers;
-2. **distinct callers** (``callers``): fewer than ``admit_after`` so far;
-3. **quality** (``quality``, and ``asr`` when switched on): the rendered take itself.
-
-A refused take is still handed to every caller waiting for it; it is not written to
-any tier, and — for a text rule — its text reaches no usage row, log line, history or
-pack, and its key is kept nowhere either (a key is a hash of the text: a short line's
-digits could be recovered from it by trying them all). Every refusal is counted by
-reason (``refused_<stage>_<reason>``); a quality refusal also keeps the key, its
-reason and when (``refused`` in the index database, the most recent ``KEEP_REFUSED``),
-so an operator can look at what the engine did wrong.
+One decision on the load-once path between "made" and "publish", in this order: text rules
+(known before the render, so a stream's headers already say ``BYPASS``), distinct callers
+(``admit_after``), then quality (and ``asr`` when on). A refused take is still served to
+every waiter but written to no tier; a text-rule refusal leaves its text and key nowhere
+(a short line's key could be reversed). Refusals are counted by reason; quality refusals
+keep the key and reason (``refused``) for the operator. docs/operating/admission.md.
 """
 
 from __future__ import annotations
@@ -53,7 +43,7 @@ class Gate:
         self.speech = speech
         """Whether the engine renders speech (``Engine.speech``): the duration and pause
         checks apply only then."""
-        self._report = report or cache.disk.faults.report
+        self._report = report or cache.report_fault
         self._rules: dict[str, TextRules] = {"": TextRules(settings.admission.never_store)}
         for tenant, admission in settings.tenants.items():
             self._rules[tenant] = TextRules(admission.never_store)
@@ -139,7 +129,7 @@ class Gate:
         if stage != QUALITY:
             return
         try:
-            with self.cache.disk.index.transaction(0.2) as db:
+            with self.cache.index.transaction(0.2) as db:
                 db.execute("INSERT INTO refused VALUES (?, ?, ?, ?, 1) ON CONFLICT(key) DO "
                            "UPDATE SET reason = excluded.reason, at = excluded.at, "
                            "times = times + 1", (key, why, resolved.tenant, time.time()))
@@ -178,7 +168,7 @@ def recent_refusals(cache: Cache, limit: int = 20, tenant: str | None = None
     empty while the index cannot answer."""
     where, args = ("WHERE tenant = ?", (tenant,)) if tenant is not None else ("", ())
     try:
-        rows = cache.disk.index.query(
+        rows = cache.index.query(
             f"SELECT key, reason, tenant, at, times FROM refused {where} ORDER BY at DESC "
             "LIMIT ?", (*args, limit), wait=0.2)
     except sqlite3.Error:

@@ -1,23 +1,11 @@
 """The quality gate's signal checks: what a take must be before a cache may pin it.
 
-A cache serves a bad take to everyone, forever: an engine's runaway (vllm-omni issue
-3510: a 4.4 s text came out 46 s, then 318 s long), a truncated or silent render, a
-clipped one. So a rendered take is checked before it is stored, in well under a
-millisecond per second of audio (numpy over the int16 samples):
-
-- ``nonfinite``: the engine's float output held NaN or infinities (``Audio.nonfinite``);
-- ``clipping``: more than 0.5 % of samples at full scale (a normalised take touches it
-  once);
-- ``dc``: the mean sample is more than 5 % of full scale away from zero;
-- ``silence``: nothing in the take rises above -45 dBFS;
-- for engines that render speech (``Engine.speech``): ``runaway`` (longer than the text
-  spoken at ``slowest`` syllables per second, plus ``pad``), ``truncated`` (shorter than
-  the text at ``fastest``), ``inner_silence`` (a pause longer than
-  ``max_inner_silence`` between the first and last sound).
-
-The bounds are wide on purpose (docs/admission.md has the measurements: Piper's takes
-of every hot phrase sit far inside them); the gate is there for takes that are broken,
-not for takes that are merely worse.
+A cache serves a bad take to everyone, forever (an engine's runaway: vllm-omni issue 3510,
+a 4.4 s text came out 46 s long). So each rendered take is checked, in well under a
+millisecond per second of audio: ``nonfinite``, ``clipping``, ``dc``, ``silence`` and, for
+speech engines, ``runaway``, ``truncated`` and ``inner_silence``. The bounds are wide on
+purpose: the gate is for broken takes, not merely worse ones. docs/operating/admission.md has the
+bounds and their measurements.
 """
 
 from __future__ import annotations

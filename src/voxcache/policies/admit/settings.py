@@ -4,7 +4,7 @@ The core ``Settings`` passes tables it does not interpret through ``extra``; thi
 module reads these three (the environment's ``VOXCACHE_ADMISSION_<NAME>``,
 ``VOXCACHE_QUALITY_<NAME>`` and ``VOXCACHE_SAVINGS_<NAME>`` override the file; a
 tenant's table has no environment spelling). A name a table does not know is refused
-with the names it takes. docs/settings.md is written from the docstrings below.
+with the names it takes. docs/operating/settings.md is written from the docstrings below.
 """
 
 from __future__ import annotations

@@ -401,7 +401,7 @@ function show(admin) {
   $("gate").hidden = admin === null;
 }
 
-// -- the savings ledger and the storing gate (docs/admission.md) ------------------------
+// -- the savings ledger and the storing gate (docs/operating/admission.md) ------------------------
 function drawGate(doc) {
   const s = doc.savings || { rows: [], total: {}, currency: "" };
   const table = $("savings");
