@@ -674,10 +674,9 @@ def target_rows_of(label: str, fig: Figures, target: float,
                    pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
     rows = []
     for subject, base in pairs:
-        per_round = sorted(ratio(a, b) for a, b in zip(fig.rounds.get(subject, []),
-                                                       fig.rounds.get(base, []), strict=True))
-        spread = (f"{statistics.median(per_round):.3f} ({per_round[0]:.3f}–{per_round[-1]:.3f}, "
-                  f"{len(per_round)} rounds)") if per_round else ""
+        turns = fig.summary(subject, base) if subject in fig.turns else None
+        spread = (f"{turns.median:.3f} ({min(turns.ratios):.3f}–{max(turns.ratios):.3f}, "
+                  f"{len(turns.ratios)} rounds)") if turns and turns.ratios else ""
         measured = [("1", fig.reads[subject].median, fig.reads[base].median)]
         if subject in fig.reads_4p and base in fig.reads_4p:
             measured.append((str(PROCESSES), fig.reads_4p[subject].stats.median,
