@@ -13,9 +13,9 @@ from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-from . import report
-from .core import Context
-from .registry import BENCHMARKS
+from .helpers.core import Context
+from .suite import report
+from .suite.registry import BENCHMARKS
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

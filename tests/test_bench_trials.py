@@ -1,4 +1,4 @@
-"""``bench.trials``: rounds alternate, warm-up rounds are dropped, the ratio's spread is told."""
+"""``bench.helpers.trials``: rounds alternate, warm-up rounds are dropped, the spread is told."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from bench import trials
+from bench.helpers import trials
 
 
 def test_rounds_flip_the_order_and_drop_the_warmup() -> None:

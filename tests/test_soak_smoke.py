@@ -1,6 +1,6 @@
 """The soak benchmark's smoke run: every part of the mix ran, nothing erred, figures came out.
 
-The soak itself (``python -m bench.soak --minutes 30``, one node and three) is a benchmark;
+The soak itself (``python -m bench.chaos.soak --minutes 30``, one node and three) is a benchmark;
 its figures are in docs/internals/reliability.md. This runs its machinery for 20 seconds on one
 node.
 """
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 def test_a_short_soak_runs_every_part_of_the_mix(tmp_path: Path) -> None:
     if not redis_available():
         pytest.skip("needs redis-server")
-    from bench.soak import soak
+    from bench.chaos.soak import soak
 
     summary = soak(1 / 3, 1, tmp_path)
     counts = summary["counts"]
