@@ -1,4 +1,4 @@
-"""``python -m bench [--quick] [--only NAME[,NAME]] [--out DIR]``: run the suite, report."""
+"""``python -m bench [--quick] [--repeat N] [--only NAME[,NAME]] [--out DIR]``: run, report."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-from . import report
-from .core import Context
-from .registry import BENCHMARKS
+from .helpers.core import Context
+from .suite import report
+from .suite.registry import BENCHMARKS
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -25,6 +25,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="fewer repetitions and smaller sizes (CI smoke: under 2 minutes)")
     parser.add_argument("--only", default="",
                         help=f"comma-separated benchmarks to run: {', '.join(BENCHMARKS)}")
+    parser.add_argument("--repeat", type=int, default=5,
+                        help="rounds of every interleaved headline ratio (default 5)")
     parser.add_argument("--out", default="bench-results", help="folder for the report")
     return parser.parse_args(argv)
 
@@ -42,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="voxcache-bench-"))
-    ctx = Context(quick=args.quick, out=out, work=work)
+    ctx = Context(quick=args.quick, out=out, work=work, repeat=max(1, args.repeat))
+    load_before = os.getloadavg()
+    commit = report.machine().get("commit", "?")  # the code measured: HEAD may move
     failed: list[str] = []
     started = time.perf_counter()
     try:
@@ -59,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     elapsed = time.perf_counter() - started
-    report.write(ctx, {n: BENCHMARKS[n].TITLE for n in chosen}, argv, elapsed)
+    report.write(ctx, {n: BENCHMARKS[n].TITLE for n in chosen}, argv, elapsed, load_before,
+                     commit)
     print(f"done in {elapsed:.0f} s; report in {out}/results.md", flush=True)
     return 1 if failed else 0
 

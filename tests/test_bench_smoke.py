@@ -40,7 +40,8 @@ pytestmark = pytest.mark.skipif(not _has_peers(), reason="needs the [bench] extr
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("bench")
     env = {**os.environ, "MPLBACKEND": "Agg"}
-    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--repeat", "2", "--out",
+                           str(out)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
                           check=False)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -82,6 +83,12 @@ def test_figures_are_numbers_with_medians_and_tails(quick_run: dict) -> None:
     assert quick_run["headline"], "no headline ratios"
     for item in quick_run["headline"].values():
         assert isinstance(item["value"], float) and not math.isnan(item["value"])
+    interleaved = [i for i in quick_run["headline"].values() if "rounds" in i]
+    assert interleaved, "no headline ratio was measured as interleaved trials"
+    for item in interleaved:  # each round a ratio, the median between the extremes
+        assert item["rounds"] and item["min"] <= item["value"] <= item["max"]
+    assert any(len(item["rounds"]) == 2 for item in interleaved), "--repeat 2 was not obeyed"
+    assert "| stable ±5 % |" in quick_run["_md"] and "load average at the start" in quick_run["_md"]
     assert "| subject |" in quick_run["_md"] or "subject" in quick_run["_md"]
     stampede = next(t for t in quick_run["tables"] if t["name"] == "stampede")
     vox = [r for r in stampede["rows"] if r["cache"] == "voxcache"]

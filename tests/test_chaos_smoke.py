@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from bench.chaos import broken_promises
-from bench.chaos_audit import survey, verify
-from bench.chaos_board import STRIDE
-from bench.chaos_workload import Workload, fresh_render
+from bench.chaos.audit import survey, verify
+from bench.chaos.board import STRIDE
+from bench.chaos.harness import broken_promises
+from bench.chaos.workload import Workload, fresh_render
 from voxcache import Cache, CachedEngine
 from voxcache.entry import audio_entry
 
@@ -165,9 +165,9 @@ def test_the_audit_counts_a_wrong_take_and_never_serves_a_torn_file(planted):
 READER = """
 import json, os, sys, time
 from pathlib import Path
-from bench.chaos import fork
-from bench.chaos_board import Board, Field
-from bench.chaos_workload import Workload, run_reader
+from bench.chaos.harness import fork
+from bench.chaos.board import Board, Field
+from bench.chaos.workload import Workload, run_reader
 root, logs, evidence, done = sys.argv[1:5]
 board = Board(writers=1, readers=1)
 board.set(0, Field.LIFE, 1)

@@ -16,7 +16,7 @@ from voxcache.cache import Cache
 from voxcache.entry import audio_entry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench import servers
+from bench.helpers import servers
 
 pytestmark = pytest.mark.skipif(shutil.which("nginx") is None and not Path("/usr/sbin/nginx")
                                 .exists(), reason="nginx is not installed")

@@ -125,7 +125,7 @@ def test_probing_another_tenants_key_reads_nothing_and_counts_nothing(make_app) 
 
 def test_absent_and_foreign_keys_take_the_same_steps(make_app, monkeypatch) -> None:
     """Equal cost by construction: one memory peek and one index lookup each, no file
-    read. (The timings side by side are in `python -m bench.tenant_probe`.)"""
+    read. (The timings side by side are in `python -m bench.probes.tenant_probe`.)"""
     app, cached = make_app(api_keys={KEYS["A"]: "acme", KEYS["B"]: "globex"})
     client = TestClient(app)
     foreign = client.post("/v1/audio/speech", headers=auth("A"), json={

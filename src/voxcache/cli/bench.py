@@ -25,6 +25,8 @@ def register(
     p = subparsers.add_parser("bench", help="run the benchmark suite (from a source checkout)")
     p.add_argument("--quick", action="store_true", help="CI smoke run (under 2 minutes)")
     p.add_argument("--only", default="", help="comma-separated benchmark names")
+    p.add_argument("--repeat", type=int, default=None,
+                   help="rounds of every interleaved headline ratio (the suite's default: 5)")
     p.add_argument("--out", default="bench-results", help="folder for the report")
     p.set_defaults(handler=bench)
 
@@ -42,4 +44,6 @@ def bench(args: argparse.Namespace) -> int:
         command.append("--quick")
     if args.only:
         command += ["--only", args.only]
+    if args.repeat is not None:
+        command += ["--repeat", str(args.repeat)]
     return subprocess.run(command, cwd=root, check=False).returncode

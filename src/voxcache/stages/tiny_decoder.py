@@ -3,7 +3,7 @@
 No engine here keeps state across turns, so the mechanism is shown on a seeded torch
 transformer whose ``forward`` takes new tokens plus the keys/values read before, as an
 engine's ``past_key_values``. float64, so a context read in one piece or two gives the same
-logits bit for bit (``Conversation`` checks it). A test bed (tests/stages, bench/stages.py),
+logits bit for bit (``Conversation`` checks it). A test bed (tests/stages, bench/probes/stages.py),
 not an engine; needs torch (extra ``[embeddings]``).
 """
 

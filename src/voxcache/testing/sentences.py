@@ -2,7 +2,7 @@
 
 ``split_problems(split, text)`` lists how a split breaks segment mode's assumptions
 (empty list: none), for voxcache's own splitter, an engine's, or a library being
-evaluated (``bench/sentence_split.py``); ``CASES`` are the edge cases every script
+evaluated (``bench/probes/sentence_split.py``); ``CASES`` are the edge cases every script
 brings, with the split voxcache's splitter gives (docs/internals/segments.md explains each rule).
 """
 

@@ -27,7 +27,7 @@ An entry's score is ``clock + log2(C × v)``:
   back with the frequency it had earned (decayed), not on probation — TinyLFU's "seen it
   before" without a sketch.
 
-The benchmark suite (``bench/policies.py``) replays these functions, imported from here, and
+The benchmark suite (``bench/suite/policies.py``) replays these functions, imported from here, and
 chose the constants on its traces (``docs/internals/benchmarks.md``).
 """
 
@@ -42,7 +42,7 @@ DECAY = 0.15
 PROBATION = 0.3
 """The weight of the first ask of a take never seen before: below any entry asked once in
 the last ``log2(1 / PROBATION) / DECAY`` (12) turnovers. Chosen with ``DECAY`` on the
-benchmark's traces at two seeds (``bench/hitratio.py``): 0.1–0.5 all meet the goal there;
+benchmark's traces at two seeds (``bench/suite/hitratio.py``): 0.1–0.5 all meet the goal there;
 0.3 lifts the tightest cells (shifting popularity and the engine seconds of the cost-mixed
 trace, both at 1% of the working set) without costing Zipf more than a tenth of a point."""
 GHOSTS_PER_ENTRY = 2

@@ -1,0 +1,1 @@
+"""The chaos harness (``python -m bench.chaos``: SIGKILLs at any instant) and the soak."""

@@ -1,0 +1,1 @@
+"""What the suite, the probes and the harness share: timing, trials, servers, peers, plots."""

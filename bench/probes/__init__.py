@@ -1,0 +1,1 @@
+"""Probes: standalone measurements, each behind one doc page (``python -m bench.probes.NAME``)."""
