@@ -1,28 +1,11 @@
 """The tier protocol, and the stack that puts tiers in order and keeps them honest.
 
-A tier stores verified entries by (key, kind): memory, local disk, and (for
-several nodes) Redis and an S3-compatible store. Every tier verifies what it
-reads back (``entry.decode``) and answers a miss for anything it cannot vouch
-for, so the stack never has to.
-
-``TierStack`` is the one place that applies the rules every tier shares:
-
-- **read order and promotion**: the fastest tier first; a hit in a slower tier is
-  copied into the faster ones above it (unless a delete happened meanwhile: a
-  read that raced a delete must not bring the deleted take back);
-- **publication**: a take goes to every tier, and every tier keeps the first
-  writer's take of a key; with shared tiers their answer decides (``tiers.publish``,
-  the deepest first) and this folder and this process follow it, so a duplicate render
-  (a lease that failed open) never leaves two takes of one key in service. It counts as
-  *stored* once a durable tier (one that survives the process) has it;
-- **fail open**: a tier that raises is a miss (or a skipped write) for that call,
-  never an error for the caller; it is counted, logged once per cause, and after
-  ``BREAKER_FAILURES`` failures in a row it is left alone for a back-off period
-  that doubles up to ``BREAKER_MAX_SECONDS``; the first call after it is the
-  probe, and a success puts the tier back in use without a restart.
-
-The shipped contract suite (``voxcache.testing.tier_contract``) is what every tier
-implementation must pass.
+Every tier verifies what it reads back and answers a miss for anything it cannot vouch
+for. ``TierStack`` applies the shared rules: read fastest first and promote (never over a
+delete that raced the read); publish to every tier, first writer wins, the shared tiers'
+answer deciding (``tiers.publish``); fail open (a tier that raises is a miss for that call,
+counted; ``BREAKER_FAILURES`` in a row leave it alone for a doubling back-off, and the next
+success puts it back). ``voxcache.testing.tier_contract`` is what every tier must pass.
 """
 
 from __future__ import annotations

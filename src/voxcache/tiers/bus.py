@@ -1,43 +1,12 @@
 """News between nodes through Redis Streams: invalidations, and takes that landed.
 
-``tiers.invalidation`` carries deletes, pins and revision switches between the
-processes of one machine (a file in the shared cache folder). Nodes share no folder,
-so the same news also goes through Redis, in two streams under the deployment's
-prefix (one hash tag, so one cluster slot holds both and one ``XREAD`` follows both):
-
-    <prefix>{bus}:events    delete, pin, unpin, revision, clear  (kept: ~50 000)
-    <prefix>{bus}:landed    a render lease's outcome: landed / failed (kept: ~1 000)
-
-**Why streams, not pub/sub.** A stream is replayable: a node that lost its
-connection reads what it missed from the id it last applied, and it can *prove* it
-missed nothing — the entry at that id is still in the stream, and a stream is only
-ever trimmed from its oldest end. Pub/sub drops whatever was published while a
-subscriber was away, and nothing tells the subscriber so. One ``XREAD BLOCK`` per
-process follows both streams (no subscription state to rebuild after a reconnect or
-a cluster failover), and it returns as soon as an entry is added, so news arrives in
-a round trip.
-
-**No echo.** Every entry names its origin (this process); a process skips its own
-entries, and news applied from the bus is never published again (neither to the bus
-nor to the machine's log: each process on a machine follows the bus itself). One
-purge is one entry per key, applied once by each process.
-
-**Lost touch.** When a read fails the follower retries with back-off (0.1 s doubling
-to 2 s) and, once Redis answers, checks that its last applied entry is still there.
-If it is, it goes on from there and nothing is dropped. If it is not — Redis
-restarted empty, a failover lost the latest entries, the node was away longer than
-the stream keeps — the node cannot prove it saw everything, so it drops its memory
-tier (``clear``) and replays every entry the stream still holds (deletes are
-idempotent) onto its disk tier. The disk tier is not dropped: its entries verify for
-their keys (the right audio for the request), a missed purge is the only thing that
-could leave one behind, and re-rendering a node's whole disk for a Redis restart would
-turn a blip into a render storm. The position is kept in ``bus.position`` in the cache
-folder, so a node that was stopped during a purge replays it when it starts.
-
-**Publishing** never fails a request: an entry Redis cannot take now waits in a
-bounded outbox (``OUTBOX_MAX``) that the follower sends once Redis answers; if the
-outbox overflows, the lost news is replaced by one ``clear``, so every node drops its
-memory tier rather than keep serving what this node deleted.
+Two streams under the deployment's prefix (one hash tag, one ``XREAD`` follows both):
+``{bus}:events`` (delete, pin, unpin, revision, clear) and ``{bus}:landed`` (a lease's
+outcome). Streams, not pub/sub: a node that lost touch replays from the id it last applied
+and can prove it missed nothing — else it drops its memory tier and replays what the stream
+holds onto its disk. No echo (each entry names its origin); publishing never fails a request
+(a bounded outbox; overflow becomes one ``clear``). docs/operating/cluster.md, "Invalidation
+everywhere".
 """
 
 from __future__ import annotations

@@ -1,34 +1,11 @@
 """The disk tier's eviction policy: one score per entry, the lowest goes first.
 
-An entry's score is ``clock + log2(C × v)``:
-
-- ``v`` is what keeping it is worth per byte: the engine seconds a miss would cost again
-  (``render_seconds`` of a take, ``compute_seconds`` of a stage artifact) per MB stored. A
-  1 KB speaker embedding that took 0.8 s is worth a thousand times more per byte than a
-  5 MB take that took 3 s, so at equal popularity the embedding stays (GreedyDual-Size's
-  insight: the knapsack of a byte-capped cache is filled by value per byte).
-- ``C`` counts the entry's asks, each weight halving every ``1 / DECAY`` turnovers of the
-  tier (LRFU's combined recency and frequency). Yesterday's campaign phrase, asked a
-  thousand times, fades within a few dozen turnovers; a greeting asked every day does not.
-- ``clock`` counts turnovers (bytes evicted ÷ the cap) times ``DECAY``. Because every
-  weight decays at the same rate, ``clock + log2(C)`` ranks entries the same way at any
-  later moment: the score is written when an entry is asked for (in the access batches the
-  disk tier flushes) and never has to be rewritten while it sits idle, so victims come
-  straight from the ``(pinned, score)`` index. The clock is in turnovers, not seconds, so the
-  policy behaves the same for a kiosk that renders ten phrases a day and for a service that
-  renders a million.
-- **Admission**: a take nobody has asked for before enters *on probation*, with
-  ``C = PROBATION`` (three tenths of an ask). While the tier is full it is the first victim of
-  the next eviction round — which runs in the very write that crossed the cap — unless it
-  is asked again meanwhile. A one-off batch job therefore passes through without pushing
-  out the hot set, but the take is still served and kept in the process's memory tier.
-- **History**: an evicted entry leaves a ghost (its key and score) in the index, up to
-  ``GHOSTS_PER_ENTRY`` ghosts per stored entry. A key asked again while its ghost lasts comes
-  back with the frequency it had earned (decayed), not on probation — TinyLFU's "seen it
-  before" without a sketch.
-
-The benchmark suite (``bench/suite/policies.py``) replays these functions, imported from here, and
-chose the constants on its traces (``docs/internals/benchmarks.md``).
+``score = clock + log2(C × v)``: ``v`` the engine seconds a miss would cost again per MB
+stored (GreedyDual-Size), ``C`` the asks with weights halving every ``1 / DECAY`` turnovers
+(LRFU), ``clock`` the turnovers × ``DECAY`` — so a score never needs rewriting while idle and
+victims come straight from the index. New takes enter on probation (``PROBATION``); evicted
+keys leave ghosts (``GHOSTS_PER_ENTRY``) so a returning key keeps its earned frequency.
+bench/suite/policies.py replays these functions; docs/internals/design.md, "Lifecycle".
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """What is at the index's path: a sound SQLite file, or something the index must not trust.
 
-The index is an accelerator rebuilt from what is stored, so its file may be lost or
-damaged without losing a take. What must never happen is that it is silently short:
-SQLite opens a zero-length file (or a fresh one where a deleted index was) as an empty
-database and answers every query, so caps, eviction, ``ls`` and pack selection would
-miss every take stored before. These checks are cheap (an ``lstat`` per file and the
-100-byte header), so the disk tier runs them when it opens the index, whenever a
-connection opens, and before following a path that names a new file
-(``Index._connect``). Damage inside pages is SQLite's to find (``PRAGMA quick_check``,
-``Index.check_pages``); see docs/internals/design.md (Disk tier) for the whole story.
-
-The header is never read from a file SQLite has opened in this process: closing any
-descriptor of a file drops every POSIX lock the process holds on it, SQLite's included
-(https://www.sqlite.org/howtocorrupt.html, 2.2), and another process could then take
-itself for the last connection and remove the ``-wal`` and ``-shm`` still in use here.
-Files SQLite opens are recorded (``connecting``, ``opened``) under the same process-wide
-lock as the header reads, so no read can race a connection being opened.
+SQLite opens a zero-length or new file as an empty database, so a lost index would be
+silently short. These checks (an ``lstat`` and the 100-byte header) run when the index opens,
+when a connection opens and before following a new file; damage inside pages is SQLite's to
+find (``quick_check``). The header is never read from a file SQLite has open in this process
+(closing any descriptor drops its POSIX locks: sqlite.org/howtocorrupt.html §2.2); opens are
+recorded under the same lock. docs/internals/design.md, "Disk tier".
 """
 
 from __future__ import annotations

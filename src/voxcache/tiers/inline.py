@@ -1,53 +1,12 @@
 """Small entries of the disk tier, stored inline in one LMDB file instead of one file each.
 
-Why: the stage caches' artifacts (embeddings ~1 KB, token takes a few KB, small encoded
-deliveries) cost more as files than their bytes do: reading a 100 B-4 KB file whole takes
-6.5-8 µs (open, fstat, read, close) where an LMDB record takes 0.7-1 µs, and a million
-tiny files make every walk of the folder slow.
-
-LMDB was measured against one SQLite table holding the same envelopes, given WAL, no
-fsync, a memory map and a prepared ``SELECT`` (``bench/inline_candidates.py``, run by
-``python -m bench --only inline``; four full runs on a 2-core VM). At 100 B-16 KB a raw
-read is 2.8-4.2× faster (0.7-1.6 µs against 3.0-4.4 µs: a lookup in a memory map, no
-SQL layer), a verified read (``entry.decode`` included) 1.7-1.85× faster (3.2-5.2 µs
-against 6.0-9.0 µs) and a write 1.35-2× faster (8-14 µs against 13-29 µs); with four
-processes on one folder LMDB did 1.9-2.1× SQLite's reads per second and 1.4-3.1× its
-writes. So small entries live here. Through ``DiskTier.get`` a small ``encoded`` hit
-took 0.90-0.98× python-diskcache's (unverified) ``Cache.get`` in one process, 0.79-0.94×
-in four; a tensor kind's hit took 4.2-5×, which is its decode (the safetensors round
-trip), not this store.
-
-What stays the same as for files:
-
-- **the bytes**: a record is the entry's stored form, byte for byte, and every read
-  verifies it with ``entry.decode`` (a flipped byte anywhere is a miss and a quarantine);
-- **first writer wins**: a write looks at the record already there inside its own write
-  transaction; a live take stays, an expired or damaged one is replaced;
-- **crash safety**: a write is one LMDB transaction; a writer killed at any instant
-  leaves the whole record or none (a transaction that did not commit is never reachable);
-- **several processes**: LMDB's lock file serialises writers, readers never wait;
-- **private modes**: ``inline/`` is 0700, ``data.mdb`` and ``lock.mdb`` 0600.
-
-What LMDB does not give without an fsync per write, and what covers it:
-
-- **a power cut** can leave the B-tree damaged (``sync=False``, the disk tier's "no
-  fsync" rule). The store records the boot it was opened in (``inline/boot``); a start
-  that finds a session record from an earlier boot (a machine that went down with the
-  folder in use, ``sessions``) and a store from that boot moves the store to
-  ``quarantine/`` and starts an empty one: its entries are rendered again. A process that
-  wrote here syncs the store once when it closes cleanly, so a clean shutdown followed by
-  a power cut loses nothing;
-- **a file shorter than its own meta page says** (a torn copy, a truncation) would kill a
-  reader with SIGBUS through the map: the size is checked whenever the store is opened,
-  and anything but a regular file at ``data.mdb``/``lock.mdb`` is refused;
-- **any damage LMDB reports** (``MDB_CORRUPTED``, a page not found, …) is a miss; the
-  store is moved aside, an empty one takes its place, and the disk tier walks the folder
-  so the index forgets the rows it lost. Other processes notice the new file (its inode)
-  and reopen.
-
-One process opens a folder's store once (LMDB forbids opening one file twice in a
-process: closing one handle would drop the other's locks), so handles are shared through
-``acquire``/``release``; a forked child opens its own.
+A 100 B–4 KB file costs more to read (open, fstat, read, close) than its bytes; an LMDB
+record is a lookup in a memory map (``bench/suite/inline_candidates.py``; kept over an index
+BLOB column by ``bench/probes/inline_vs_index.py``). As for files: every read verified, first
+writer wins inside the write transaction, a kill leaves the record whole or absent, 0700/0600
+modes. Without an fsync per write, a store from a boot that crashed, one shorter than its meta
+page (SIGBUS) or damaged is set aside to ``quarantine/``. One handle per process and folder
+(``acquire``/``release``). docs/internals/design.md, "Disk tier".
 """
 
 from __future__ import annotations
@@ -73,7 +32,7 @@ log = logging.getLogger("voxcache.disk")
 
 INLINE_MAX = 16 * 1024
 """Entries up to this size (the whole stored form) are stored inline. In
-``bench/inline_candidates.py`` a verified 16 KB hit takes 6.4-6.5 µs from here against
+``bench/suite/inline_candidates.py`` a verified 16 KB hit takes 6.4-6.5 µs from here against
 10-10.5 µs from a file. LMDB's reads and single-process writes stay faster at 100 and
 500 KB too, but with four writers at 500 KB it did 0.34-0.87× the writes per second of
 plain files and 0.53-1.17× the disk tier's own file path (likely cause, not profiled: a

@@ -1,18 +1,10 @@
 """Deletes and pin changes reach every process on the machine within ``POLL_SECONDS``.
 
-Each process keeps its own memory tier, so a purge from the CLI, or a DELETE
-answered by one of several workers, must reach the others: otherwise they keep
-answering HIT from memory until restarted. Every process sharing a cache folder
-appends what it changed to ``invalidations.log`` (one short line per key,
-``O_APPEND``, so concurrent writers never interleave) and follows the file from a
-background thread, applying the others' lines to its memory tier. The bound is
-the poll interval plus one read: ``POLL_SECONDS`` + a few milliseconds.
-
-The file only grows; ``voxcache gc`` rotates it past ``ROTATE_BYTES``. Rotation
-and appends exclude each other through ``locks/invalidations.lock`` (appends hold
-it shared), so a follower that sees the path name a new file can finish reading
-the old one first and lose nothing. A follower that cannot read the log any more
-cannot prove its memory fresh, so it drops it.
+Each process keeps its own memory tier, so every process sharing a folder appends what it
+changed to ``invalidations.log`` (``O_APPEND``, one short line per key) and follows the file
+from a background thread, applying the others' lines. ``voxcache gc`` rotates it past
+``ROTATE_BYTES`` under ``locks/invalidations.lock`` (appends hold it shared), so a follower
+loses nothing; one that cannot read it any more drops its memory.
 """
 
 from __future__ import annotations

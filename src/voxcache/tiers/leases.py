@@ -1,31 +1,11 @@
 """One render per key across nodes: a render lease per key in Redis.
 
-The local ``flock`` (``singleflight.key_lock``) makes a key render once per machine;
-nodes share no folder, so the lease does it across them. ``CachedEngine.lock`` takes
-the flock first and then the lease, so at most one process per node ever asks Redis.
-
-- **Take**: ``SET <prefix>{key}:lease <token> NX PX <ttl> GET``. The token is random
-  and names its holder (``host/pid/random``): the answer ``GET`` returns when the
-  lease is taken already tells a waiter *whose* release to wait for.
-- **Hold**: a keeper thread renews every held lease (compare-and-``PEXPIRE``) every
-  ``ttl / 3``. A holder that dies (``kill -9``, a lost machine) stops renewing, its
-  lease expires within ``ttl``, and a waiter takes it over at its next poll.
-- **Release**: the holder first waits until its take has landed in the shared tiers
-  (``settle``: the write-behind queues' writes of the key), then announces ``landed``
-  on the bus (``tiers.bus``), which wakes the waiters on every node, and deletes the
-  lease with a compare-and-delete (only its own token). A failed render deletes first
-  and announces ``failed`` after, so the woken waiters find the lease free to take.
-  The release runs in the background, so the leader's own caller is answered as soon
-  as its take is stored locally; the lease is renewed until the release is done.
-- **Wait**: a waiter registers for the holder's token with the bus, then waits for
-  ``landed`` (it then reads the take from the shared tiers) or ``failed`` (the render
-  failed: it tries to take the lease itself), polling ``SET NX`` every ``POLL_SECONDS``
-  meanwhile as the fallback for a bus that is down and for an expired lease.
-
-The lease is an efficiency lock: correctness comes from immutable keys and the
-tiers' first-writer-wins. So it fails open: every Redis call runs under the Redis
-tier's breaker (``guard``), and a Redis that is down, slow or refuses means the local
-lock alone (counted as ``lease_failopen``), never a failed request.
+Taken after the machine's flock (so one process per node asks Redis) with ``SET … NX PX
+GET`` (the token names its holder), renewed every ``ttl / 3`` by a keeper, released after
+the take has landed in the shared tiers (``landed`` on the bus wakes every waiter; a failed
+render announces ``failed``), compare-and-delete. Waiters follow the bus and poll ``SET NX``
+as a fallback. An efficiency lock: it fails open under its own breaker (``lease_failopen``);
+publication makes duplicates converge. docs/operating/cluster.md, "One render per key across nodes".
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """What several nodes sharing Redis and S3 add to one cache folder.
 
-``Cache`` builds its stack as ``memory, disk`` followed by the configured shared
-tiers (``tiers = ["memory", "disk", "redis://…", "s3://…"]``). This module holds what
-comes with them, so the cache itself stays about one folder:
-
-- the shared tiers and their publisher (``tiers.publish``: one bounded queue whose
-  writes run under the stack's breakers, the deepest tier deciding which take is the
-  key's);
-- with a Redis tier, the cross-node bus (``tiers.bus``: invalidations everywhere, wake-ups)
-  and the render leases (``tiers.leases``: one render per key across nodes), both on the
-  Redis tier's own client and under its breaker;
-- the shared tiers' own counts (hits, corruptions, errors…), folded every
-  ``FOLD_SECONDS`` into the folder's persisted counters as ``<tier>_<count>``, so
-  ``/metrics`` shows them summed over every process like the disk tier's.
+The shared tiers and their publisher (``tiers.publish``); with Redis, the cross-node bus
+(``tiers.bus``) and the render leases (``tiers.leases``) on the Redis tier's client and
+breakers; the shared tiers' own counts, folded every ``FOLD_SECONDS`` into the folder's
+persisted counters as ``<tier>_<count>``. So the cache itself stays about one folder.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """Who has a cache folder open (``sessions/`` records): a start tells a clean stop from a crash.
 
-The start-up check (``lifecycle.reconcile``: sweep temp and lock files, add rows for
-unindexed files, drop rows without files) repairs what a process that died mid-write
-leaves behind. It walks the whole folder — ~12 s at a million entries — and only a crash
-makes it necessary: a process that closes cleanly has flushed its rows and removed its
-temp files and locks. So each process that opens the disk tier writes a **session
-record** ``sessions/<pid>-<token>.json`` (0600) and removes it when it closes cleanly;
-a start walks only when
-
-- a record's process is gone (it died without closing: kill -9, OOM, a power cut), or
-  cannot be told apart from a live one (another host, an unreadable record);
-- or the folder was never walked since records were kept (``sessions/walked`` is missing:
-  a new folder, or one written by a version without records).
-
-Once a walk has finished, the dead records it saw are removed and ``walked`` is written,
-so the next start skips the walk again. A process is the same one only if its boot id and
-its start time (``/proc/<pid>/stat``) match the record: a pid reused after a crash does
-not pass for the dead process. A record left from before the last boot means the machine
-went down with the folder in use (``StartState.rebooted``): stores that are not
-crash-proof without fsync (the inline store) must not be trusted then.
-
-A record is written with ``O_EXCL`` straight to its name (no temp file to leave behind);
-one torn by a crash mid-write is unreadable, which counts as a crash. A record that
-cannot be written at all (a full disk) removes ``walked``, so the next start walks.
+The start-up walk (``lifecycle.reconcile``, ~12 s at a million entries) is needed only after
+a crash, so each process that opens the disk tier writes ``sessions/<pid>-<token>.json``
+(``O_EXCL``, 0600) and removes it on a clean close; a start walks only when a record's
+process is gone or cannot be told apart (boot id and start time must match), or the folder
+was never walked (``sessions/walked``). A record from before the last boot means a power
+cut (``StartState.rebooted``): the inline store is not trusted then. docs/internals/design.md.
 """
 
 from __future__ import annotations

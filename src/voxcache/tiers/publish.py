@@ -1,25 +1,11 @@
 """Publication to the shared tiers: one bounded queue, the deepest tier first, losers adopt.
 
-A take becomes *the* take of its key when the shared tiers hold it: every shared tier
-keeps the first writer's take (Redis ``SET NX``, S3 ``If-None-Match``). A publication
-writes the deepest tier first (S3, then Redis): the first tier that answers decides
-which take is the key's, every tier above it is brought in line with it (a Redis that
-restarted empty may have taken a later duplicate), and when it is another node's take,
-this process adopts it in its own tiers (``adopt``: memory, disk, its siblings'
-memory), so after publication every node serves the winner's bytes.
-
-A request never waits on a shared tier unless it asked to: ``submit`` queues and
-returns; a leader that has just rendered may wait ``wait`` seconds for the outcome, so
-it stores the published take locally rather than its own (see ``TierStack.put``). The
-queue is bounded by bytes and by entries; past either bound a write is **shed**
-(counted as ``<tier>_writes_shed``): the take is still served and stored locally. A
-write a tier fails (down, slow, its breaker open) is tried again with a back-off, for
-``RETRY_FOR`` seconds, so a node that could not reach the shared tiers converges on
-the published take once they answer.
-
-A delete drops the key's queued writes and waits for its running one (``discard``), so
-a purged take cannot be written back behind the purge; ``wait_for`` lets a render
-lease's holder release the lease once its take has landed.
+Every shared tier keeps the first writer's take; a publication writes the deepest first
+(S3, then Redis), brings the others in line with its answer, and a node whose take lost
+adopts the winner (``adopt``), so after publication every node serves one take. Requests
+never wait unless asked (a leader may wait ``wait`` s); the queue is bounded (past it a write
+is shed, counted); failed writes retry for ``RETRY_FOR`` s; a delete drops the key's queued
+writes (``discard``). docs/operating/cluster.md, "Publication: one take per key".
 """
 
 from __future__ import annotations

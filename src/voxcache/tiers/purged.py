@@ -1,20 +1,11 @@
 """Purged keys (tombstones): what was deleted on purpose here, remembered so that no pack
 brings it back.
 
-A purge — ``voxcache purge``, ``DELETE /v1/entries/{key}``, a voice purge, a refresh, or a
-tombstone a trusted pack carried — records the key with ``until``: no take of that key
-created at or before ``until`` may be imported here again (``packs.importer``), and a
-node that publishes packs ships its tombstones in every pack, so its edges forget the key
-too (docs/operating/edge.md, *Purges travel*). Eviction and expiry are not purges and record
-nothing: an evicted take may come back.
-
-A purge here covers the take it removes: ``until`` is the purge's time or the stored
-take's creation time, whichever is later (so a clock behind the publisher's cannot let
-that same take back in). A tombstone a pack carries is recorded as the pack says.
-
-The rows live in the index database (table ``purged``, about 170 bytes a key), which a
-rebuild carries over (``Index.carry_over``); they are never pruned, because a take
-without an expiry could be offered again at any time.
+A purge records the key with ``until`` (the later of the purge and the take's creation):
+no take of that key created at or before it may be imported again, and a publishing node
+ships its tombstones in every pack. Eviction and expiry record nothing. Rows live in the
+index (``purged``, ~170 B a key), carried over by a rebuild, never pruned.
+docs/operating/edge.md, "Purges and rollback".
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
 """Redis tier: verified entries shared by every node, in one Redis or a Redis Cluster.
 
-Values are the stored files themselves (``entry.blob``: a WAV with the envelope,
-or the ``VXCB`` envelope), never pickle. An entry larger than ``inline_limit`` is
-stored in the object tier (S3) and Redis holds a *pointer*: a tiny envelope of kind
-``pointer`` under the same key, whose payload names the object, its size and its
-XXH3-128. Both forms are verified on every read (``entry.decode``); a value that
-fails (flipped bits, another key's entry, another kind, garbage, a pointer to an
-object that is gone or was replaced) is a miss, counted, and removed with a
-compare-and-delete so a good value written meanwhile is never the one removed.
-
-Key names and URL options are ``redis_keys``'s; the pointer format ``redis_pointers``'s.
-Expiry: ``SET … PX`` from the envelope's ``expires``; a read also checks the
-envelope (node clocks differ). First writer wins: ``SET NX GET`` answers the value
-already there, which is kept when it verifies and replaced when it does not.
-
-Every call is bounded: ``connect_timeout`` + ``timeout`` per attempt, ``retries``
-retries with a back-off of at most 0.1 s. Failures raise ``TierUnavailable``, which
-``TierStack`` turns into a miss; the client reconnects on the next call, so a
-restarted Redis is used again without restarting the tier. Needs Redis ≥ 7.0
-(``SET NX GET``).
+Values are the stored files themselves, never pickle; an entry over ``inline_limit`` lives
+in S3 and Redis holds a verified *pointer* (``redis_pointers``). Every read is verified; a
+bad value is a miss, counted, and removed by compare-and-delete. First writer wins (``SET NX
+GET``); expiry by ``PX`` and the envelope. Every call is bounded (timeouts, ≤0.1 s back-off);
+failures are ``TierUnavailable`` (a miss). Key names and URL options: ``redis_keys``. Redis ≥ 7.
 """
 
 from __future__ import annotations

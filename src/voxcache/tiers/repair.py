@@ -1,38 +1,11 @@
 """Opening the index, and rebuilding it from what is stored while the cache keeps serving.
 
-The index is an accelerator: every hit goes from key to file without it, so a
-damaged or lost index must cost nothing but the bookkeeping — and must never be
-silently short. Whatever is at the index's path that is not a sound index
-(``index_file.problem_of``: garbage, a truncated file, a folder, a symlink, a
-``-wal`` without its database; or pages SQLite's ``quick_check`` refuses) is kept
-in ``quarantine/`` with its ``-wal``/``-shm``, and a new index takes its place
-*marked* as rebuilding (``Index.rebuilding``); an index that is simply new in a
-folder that holds something (deleted, zero-length, an SQLite file without tables)
-is born marked too. Opening does only that (O(1)): the rebuild — a walk of the
-folder that adds a row for every stored entry (``lifecycle.reconcile``) — runs in
-a background thread while hits and misses go on, writing into the new index beside
-every other process, and clears the mark when it is done.
-
-Several processes share one index:
-
-- one rebuild at a time per folder: it holds ``locks/index-rebuild.lock`` from its
-  check to the end of its walk. A process that gets the lock after another's rebuild
-  finds a sound, unmarked index and only reopens; one that finds the mark with the
-  lock free (the rebuilder died) takes the rebuild over;
-- the new index is made under a temp name and renamed over the damaged one while
-  ``locks/index.lock`` is held exclusively, which every connection takes shared while
-  it opens (``Index._opening``), and only if the path still names the file judged
-  damaged: no connection can pair a new database with an old write-ahead log, and a
-  new index another process just set up is never replaced;
-- processes still connected to the old file notice at their next statement that the
-  path names another file, or none (``Index._connect``, one ``lstat``), and each disk
-  tier's flusher looks once a ``flush_interval`` (``Index.watch``); a sound new file
-  is followed, anything else starts a rebuild.
-
-Rows that other processes wrote to the old file after it was replaced are not lost:
-their entries were published before the replacement, so the walk, which lists the
-folder after it, finds them. docs/internals/design.md (Disk tier) and docs/internals/reliability.md
-have the bound and the figures.
+Anything at the index's path that is not a sound index goes to ``quarantine/`` and a new
+index takes its place marked as rebuilding (O(1) at open); a background walk
+(``lifecycle.reconcile``) fills it while hits and misses go on. One rebuild per folder
+(``locks/index-rebuild.lock``, taken over if its holder died); the new file is renamed in
+under ``locks/index.lock`` only if the path still names the damaged file; processes on the
+old file follow at their next statement. docs/internals/design.md and reliability.md.
 """
 
 from __future__ import annotations

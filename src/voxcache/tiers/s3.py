@@ -1,30 +1,10 @@
 """S3 tier: verified entries as plain objects in any S3-compatible store (AWS, MinIO, Ceph, R2).
 
-Objects are the stored files themselves, under the disk tier's layout below the
-configured prefix (``<prefix>objects/ab/cd/<key>.wav``): an audio entry is a
-standard WAV file a CDN or a browser can use as it is. ``s3://bucket/prefix`` is the
-whole configuration; the endpoint and credentials come from the standard AWS
-variables (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
-``AWS_REGION``…) through boto3, as every other S3 tool reads them.
-
-- **Verified reads.** Every object read is decoded against the key it was asked
-  for and the kind it must hold; anything else (flipped bits, another key's file,
-  another kind, an object over ``max_object_size``) is a miss, counted, and deleted.
-- **First writer wins.** ``PutObject`` with ``If-None-Match: *``; an object already
-  there is kept while it is live (its expiry is in its metadata), and an expired one
-  is replaced with ``If-Match: <its ETag>`` so two replacers cannot both win. A
-  store that answers ``501 NotImplemented`` to conditional writes is written
-  head-then-put from then on; there, two writers that both find the name free both
-  write, and the last one stays. Both takes verify for the key (keys are immutable:
-  the same request), so the race costs a duplicate upload, never a wrong answer.
-- **Expiry.** ``x-amz-meta-vx-expires`` (and the HTTP ``Expires`` header a CDN
-  honours) record it; a read checks the metadata before fetching the body and the
-  envelope after. A bucket lifecycle rule is only garbage collection
-  (docs/operating/cluster.md has a sample rule).
-- **Bounded.** Each call makes at most ``attempts`` tries of ``connect_timeout`` +
-  ``timeout`` (botocore's standard retry mode, ≤ 1 s back-off), and a body must
-  arrive within ``timeout`` once its headers have; failures raise
-  ``TierUnavailable``, which ``TierStack`` turns into a miss.
+Objects are the stored files under the disk tier's layout (an audio entry is a WAV a CDN can
+serve); ``s3://bucket/prefix`` plus the standard AWS variables is the configuration. Every
+read is verified against its key and kind; first writer wins (``If-None-Match: *``, an
+expired object replaced with ``If-Match``; stores without conditional writes fall back to
+head-then-put); expiry in the object's metadata; every call bounded. docs/operating/cluster.md.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ index transaction holding both, so writes are timed both ways. Trials are interl
 subject; the table gives each subject's median µs per call over the trials, the spread
 (min-max of the trials) and the ratio index / LMDB of the medians.
 
-    PYTHONPATH=src python -m bench.inline_vs_index [--trials 9] [--ops 2000]
+    PYTHONPATH=src python -m bench.probes.inline_vs_index [--trials 9] [--ops 2000]
 """
 
 from __future__ import annotations
