@@ -1,21 +1,11 @@
 """One cache folder: its tier stack, lifecycle, counters and cross-process news.
 
-Reads and writes go through ``tiers.base.TierStack`` (memory → disk: read order,
-promotion, write-through and the fail-open rule live there, once for every
-tier). This module adds what belongs to a cache folder as a whole: caps
-enforced right after a write that crosses them (so the disk tier never drifts
-far over), counters, pins, tenant-checked lookups, and news for the other
-processes sharing the folder — deletes, pin changes and revision switches go out
-through ``tiers.invalidation`` and reach their memory tiers within
-``POLL_SECONDS``.
-
-Several nodes (``tiers = ["memory", "disk", "redis://…", "s3://…"]``): the shared
-tiers follow memory and disk in the same stack, each behind a write-behind queue, and
-the same news reaches every node's memory *and* disk tiers through the bus in Redis
-(``tiers.nodes``, ``tiers.bus``); ``leases`` is the render lease the orchestrator
-takes after the local lock. A cache folder on a network filesystem is refused
-(by the disk tier, ``tiers.disk.refuse_network_filesystem``): SQLite and ``flock`` are
-not safe there.
+Built from the tier list alone (``tiers.registry``; tiers found by role, ``tiers.roles``);
+reads and writes go through ``tiers.base.TierStack``. This module adds what belongs to the
+folder as a whole: caps enforced right after a write that crosses them, counters, pins,
+tenant-checked lookups, and news for the other processes (``tiers.invalidation``) and,
+with shared tiers, other nodes (``tiers.nodes``, ``tiers.bus``, leases). A folder on a
+network filesystem is refused: SQLite and ``flock`` are not safe there.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Model upgrades without losing the cache: lineage aliases and stale-while-revalidate.
 
-The model revision is in every key, so a new model never serves old audio as
-new. To serve an old take *knowingly*, voxcache needs to find it: a "lineage"
-key hashes the request's payload without the model revision, and a small
-alias table (``aliases`` in the cache folder's index database) maps each lineage to the
-content key of its latest take. Entries stay immutable; only the alias moves.
-
-Policies: ``strict`` (the default) treats old-revision takes as misses and lets
-them age out. ``stale-while-revalidate`` serves the old take marked STALE and
-queues a re-render on one background worker thread running at the lowest CPU
-priority; when it lands, the alias points at the new take and the next
-request is a plain hit.
+The model revision is in every key, so a new model never serves old audio as new. A
+"lineage" key (the payload without the revision) maps, in the index's ``aliases`` table,
+to the content key of its latest take. ``strict`` (default) lets old takes age out;
+``stale-while-revalidate`` serves the old take marked STALE and re-renders it on one
+lowest-priority background thread, then moves the alias. docs/operating/service.md.
 """
 
 from __future__ import annotations
