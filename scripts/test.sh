@@ -13,7 +13,7 @@ VOXCACHE_EXTRAS=all,test bash scripts/setup.sh sox:sox ffmpeg:ffmpeg chromium:ch
 # module fixtures, such as its servers, in one process): on 2 cores two workers take ~0.6x the
 # time of one. (A three-node test once served two takes of one key under that load: leases that
 # time out fail open, and duplicate takes did not converge. Publication now makes them converge;
-# tests/cluster/test_one_take.py holds it under loaded CPUs and a slow Redis.)
+# tests/tiers/cluster/test_one_take.py holds it under loaded CPUs and a slow Redis.)
 parallel=()
 if [ "$(nproc)" -ge 2 ]; then
     parallel=(-n "$(( $(nproc) < 4 ? $(nproc) : 4 ))" --dist loadfile)

@@ -1,6 +1,6 @@
 """GPT-SoVITS, CosyVoice and Piper's HTTP protocol pass the protocol contract: each route in
 front of its upstream kind, against a server speaking the protocol (the stand-ins of
-``tests/upstream/standins.py``; for Piper, Piper's own server)."""
+``tests/protocols/standins.py``; for Piper, Piper's own server)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.upstream.servers import piper_http_server, serve_app
-from tests.upstream.standins import cosyvoice_app, gpt_sovits_app, wav_bytes
+from tests.protocols.servers import piper_http_server, serve_app
 from voxcache.testing.protocol_contract import Call, Case, ProtocolContract, Standin
+
+from .standins import cosyvoice_app, gpt_sovits_app, wav_bytes
 
 
 def _clip(path: Path, pitch: float) -> Path:

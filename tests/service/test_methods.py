@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 from fastapi.routing import iter_route_contexts
 
-from tests.edge.nodes import serve
+from tests.packs.nodes import serve
 from voxcache.config import Settings
 from voxcache.service import create_app
 from voxcache.service.options import ServiceOptions

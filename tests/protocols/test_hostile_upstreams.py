@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.edge.nodes import Node, serve, write_config
+from tests.packs.nodes import Node, serve, write_config
 
 from .servers import HostileServer, hostile_server, wait_until
 

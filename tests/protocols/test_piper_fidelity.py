@@ -10,7 +10,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.edge.nodes import serve, write_config
+from tests.packs.nodes import serve, write_config
 
 from .servers import hostile_server, piper_http_server
 

@@ -14,7 +14,7 @@ behaviour, so one server answers well-behaved misses and hostile ones at the sam
   ``STREAM_SECONDS`` (an OpenAI-compatible server streaming WAV);
 - anything else: a good take at once.
 
-It speaks three protocols at once (``python -m tests.upstream.hostile PORT FOLDER``):
+It speaks three protocols at once (``python -m tests.protocols.hostile PORT FOLDER``):
 
 - a voxcache center of the tone engine — ``/v1/packs/identity``, ``POST /v1/synthesize``
   (keyed as a real center keys it) and ``GET /v1/audio/{key}`` (the hostile behaviour is

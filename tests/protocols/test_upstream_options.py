@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.edge.nodes import cli, serve, write_config
+from tests.packs.nodes import cli, serve, write_config
 from voxcache.config import Settings
 from voxcache.engine import accepted_options
 from voxcache.errors import InvalidParameter

@@ -16,7 +16,7 @@ import openai
 import pytest
 import soundfile
 
-from tests.edge.nodes import serve
+from tests.packs.nodes import serve
 
 from .hostile import STREAM_CHUNKS
 from .servers import HostileServer, hostile_server

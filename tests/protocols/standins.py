@@ -513,7 +513,7 @@ class ApiV2:
 
 
 def _serve_api_v2() -> None:
-    """``python -m tests.upstream.standins ROOT CONFIG PORT [INTERVAL]``: ``ApiV2`` as its own
+    """``python -m tests.protocols.standins ROOT CONFIG PORT [INTERVAL]``: ``ApiV2`` as its own
     process, re-executing itself on ``/control?command=restart`` exactly as api_v2 does."""
     import uvicorn
 
@@ -521,7 +521,7 @@ def _serve_api_v2() -> None:
     interval = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
 
     def restart() -> None:
-        os.execv(sys.executable, [sys.executable, "-m", "tests.upstream.standins",
+        os.execv(sys.executable, [sys.executable, "-m", "tests.protocols.standins",
                                   *sys.argv[1:]])
 
     server = ApiV2(root, config, interval=interval, on_restart=restart)

@@ -16,7 +16,7 @@ from voxcache.policies.admit import GateSettings, QualitySettings
 from voxcache.policies.admit.gate import Gate
 from voxcache.testing.faulty import broken
 
-HOT = Path(__file__).resolve().parents[3] / "shared" / "data" / "hot_phrases.json"
+HOT = Path(__file__).resolve().parents[4] / "shared" / "data" / "hot_phrases.json"
 FAULTS = {"runaway": "runaway", "truncated": "truncated", "silent": "silence",
           "clipped": "clipping", "nonfinite": "nonfinite", "dc": "dc",
           "gap": "inner_silence"}

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.edge.nodes import serve, write_config
+from tests.packs.nodes import serve, write_config
 
 from .servers import piper_http_server, wait_until
 

@@ -25,7 +25,7 @@ from voxcache.testing.servers import MotoS3Server, PrometheusServer, RedisServer
 
 from .conftest import new_bucket, new_prefix, nodes, raw_redis, until
 
-GRAFANA = Path(__file__).resolve().parents[2] / "docs" / "operating" / "grafana-dashboard.json"
+GRAFANA = Path(__file__).resolve().parents[3] / "docs" / "operating" / "grafana-dashboard.json"
 ROWS = ("Shared tiers", "Render leases", "Stage caches", "Edge")
 
 

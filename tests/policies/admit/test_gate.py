@@ -18,7 +18,7 @@ from voxcache.policies.admit import AdmissionSettings, GateSettings, QualitySett
 from voxcache.policies.admit.classes import BUILT_IN, TextRules
 from voxcache.testing.faulty import FaultyEngine
 
-HOT = Path(__file__).resolve().parents[3] / "shared" / "data" / "hot_phrases.json"
+HOT = Path(__file__).resolve().parents[4] / "shared" / "data" / "hot_phrases.json"
 PRIVATE = {
     "digits": ["Your order 48213 has shipped.", "您的取件码是５８３９２。"],
     "numbers": ["Order number forty-seven, please come to the counter.",

@@ -129,7 +129,7 @@ def api_v2_process(root: Path, config: Path, interval: float = 0.0) -> Iterator[
     repo = Path(__file__).resolve().parents[2]
     log = (root.parent / f"api-v2-{port}.log").open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.upstream.standins", str(root), str(config), str(port),
+        [sys.executable, "-m", "tests.protocols.standins", str(root), str(config), str(port),
          str(interval)], cwd=repo, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -170,7 +170,7 @@ def voxcache_serve(cache_dir: Path, upstream: str, *args: str,
 
 @dataclass
 class HostileServer:
-    """``tests.upstream.hostile`` in a subprocess: a center, an OpenAI server and a Piper
+    """``tests.protocols.hostile`` in a subprocess: a center, an OpenAI server and a Piper
     server at once, hostile when the text asks (see its docstring)."""
 
     url: str
@@ -187,7 +187,7 @@ def hostile_server(folder: Path) -> Iterator[HostileServer]:
     port = free_port()
     repo = Path(__file__).resolve().parents[2]
     folder.mkdir(parents=True, exist_ok=True)
-    process = subprocess.Popen([sys.executable, "-m", "tests.upstream.hostile", str(port),
+    process = subprocess.Popen([sys.executable, "-m", "tests.protocols.hostile", str(port),
                                 str(folder / "keyer")], cwd=repo, stdout=subprocess.PIPE)
     try:
         assert process.stdout is not None
