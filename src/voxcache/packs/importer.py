@@ -111,7 +111,7 @@ class Imported:
 
 
 def read_header(reader: PackReader, trusted: list[PublicKey], expect: str | None = None
-                ) -> tuple[Manifest, bytes, str]:
+                ) -> tuple[Manifest, bytearray, str]:
     """The verified manifest, its bytes and the id of the key that signed it (with
     ``expect``, the manifest must be the one of that digest: ``pack pull`` asked for it)."""
     try:
@@ -286,14 +286,14 @@ def _stored(cache: Cache, key: str, kind: str) -> Entry | None:
         return None
 
 
-def _member(reader: PackReader, name: str, limit: int) -> bytes:
+def _member(reader: PackReader, name: str, limit: int) -> bytearray:
     member = reader.next_member()
     if member is None or member[0] != name:
         found = "the end of the file" if member is None else repr(member[0])
         raise BadPack(f"expected {name!r}, found {found}")
     if member[1] > limit:
         raise BadPack(f"{name} is {member[1]} bytes, over the {limit} limit")
-    return bytes(reader.read(member[1]))  # small (under limit): one copy, typed as bytes
+    return reader.read(member[1])  # the one buffer the member was read into: never copied
 
 
 def _record_identity(cache: Cache, manifest: Manifest) -> bool:

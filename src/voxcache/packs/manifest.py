@@ -108,12 +108,12 @@ class Manifest:
         return self.sequence if self.sequence is not None else int(self.created * 1000)
 
 
-def digest(data: bytes) -> str:
+def digest(data: bytes | bytearray) -> str:
     """The name of a manifest (or any document): BLAKE3 hex of its bytes."""
     return blake3.blake3(data).hexdigest()
 
 
-def parse(data: bytes) -> Manifest:
+def parse(data: bytes | bytearray) -> Manifest:
     """Parse and check a pack manifest; raise ``BadManifest`` naming the first problem."""
     doc = _load(data)
     if doc.get("format") != FORMAT or doc.get("version") != VERSION:
@@ -168,7 +168,7 @@ def node_manifest(rows: Iterable[Mapping[str, Any]], now: float | None = None) -
     return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
-def _load(data: bytes) -> dict[str, Any]:
+def _load(data: bytes | bytearray) -> dict[str, Any]:
     if len(data) > MAX_MANIFEST_BYTES:
         raise BadManifest(f"manifest of {len(data)} bytes is over the {MAX_MANIFEST_BYTES} "
                           "limit")

@@ -56,7 +56,7 @@ class PublicKey:
     key: Any
     source: str
 
-    def verifies(self, signature: bytes, message: bytes) -> bool:
+    def verifies(self, signature: bytes, message: bytes | bytearray) -> bool:
         """True when ``signature`` is this key's signature of ``message``."""
         from cryptography.exceptions import InvalidSignature
 
@@ -132,7 +132,8 @@ def load_public_key(path: str | Path) -> PublicKey:
     return PublicKey(key_id(_raw(key)), key, str(path))
 
 
-def verify(signature_block: bytes, manifest: bytes, trusted: list[PublicKey]) -> PublicKey:
+def verify(signature_block: bytes | bytearray, manifest: bytes | bytearray,
+           trusted: list[PublicKey]) -> PublicKey:
     """Return the trusted key that signed ``manifest``, or raise ``UntrustedPack`` saying why."""
     if not trusted:
         raise UntrustedPack("no trusted key given: name the publisher's public key with "
