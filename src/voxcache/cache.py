@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -277,8 +278,8 @@ class Cache:
             for target, kind in targets:
                 self.nodes.discard(target)  # a queued write here must not bring it back
                 self.tiers.forget(target)
-                self.tiers.call(self.folder, "delete", lambda t=target, k=kind:
-                                self.folder.delete(t, k), False)
+                self.tiers.call(self.folder, "delete", partial(
+                                self.folder.delete, target, kind), False)
             self.in_process.delete(key)
         elif news.event in ("pin", "unpin"):
             pinned = news.event == "pin"

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..entry import Entry
@@ -145,7 +146,7 @@ class TierStack:
         generation = self.generation
         for depth in range(start, len(self.tiers)):
             tier = self.tiers[depth]
-            entry = self.call(tier, "get", lambda t=tier: t.get(key, kind), None)
+            entry = self.call(tier, "get", partial(tier.get, key, kind), None)
             if entry is not None:
                 if depth and generation == self.generation:
                     self.promote(entry, depth)
@@ -158,7 +159,7 @@ class TierStack:
         above = self.tiers[:depth]
         for tier in above:
             if tier in self._local:
-                self.call(tier, "promote", lambda t=tier: t.put(entry), None)
+                self.call(tier, "promote", partial(tier.put, entry), None)
         if self.publisher is not None and any(t not in self._local for t in above):
             found = self.tiers[depth]
             self.publisher.submit(entry, below=self.publisher.tiers.index(found))
@@ -181,18 +182,18 @@ class TierStack:
         winner = entry if published is None else published
         held: Entry | None = published
         for tier in self._local_durable:
-            got = self.call(tier, "put", lambda t=tier, w=winner: t.put(
-                w, tenant=tenant, pinned=pinned, pin_until=pin_until), None)
+            got = self.call(tier, "put", partial(
+                tier.put, winner, tenant=tenant, pinned=pinned, pin_until=pin_until), None)
             if got is not None and not same_take(got, winner):
                 if published is None:
                     winner = got  # another process of this machine published first
-                elif self.call(tier, "replace", lambda t=tier, w=winner: t.replace(
-                        w, tenant=tenant), False):
+                elif self.call(tier, "replace", partial(
+                        tier.replace, winner, tenant=tenant), False):
                     got = winner
                     self._adopted(winner)
             held = held or got
         for tier in self._private:
-            self.call(tier, "put", lambda t=tier, w=winner: t.replace(w, tenant=tenant),
+            self.call(tier, "put", partial(tier.replace, winner, tenant=tenant),
                       False)
         if publisher is not None and published is None and (
                 queued is None or not same_take(queued, winner)):
@@ -206,9 +207,9 @@ class TierStack:
         """The shared tiers published another take of ``ours``'s key: hold ``winner`` in
         this folder and this process instead (and tell the other processes here)."""
         for tier in self._local_durable:
-            self.call(tier, "adopt", lambda t=tier: t.replace(winner), False)
+            self.call(tier, "adopt", partial(tier.replace, winner), False)
         for tier in self._private:
-            self.call(tier, "adopt", lambda t=tier: t.replace(winner), False)
+            self.call(tier, "adopt", partial(tier.replace, winner), False)
         self._adopted(winner)
 
     def _adopted(self, winner: Entry) -> None:
@@ -232,7 +233,7 @@ class TierStack:
             self.generation += 1
         found = False
         for tier in tiers:
-            found = self.call(tier, "delete", lambda t=tier: t.delete(key, kind), False) or found
+            found = self.call(tier, "delete", partial(tier.delete, key, kind), False) or found
         return found
 
     # -- the fail-open rule ----------------------------------------------------------

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from ..fsmode import locked, private_sqlite
 from .eviction import score
@@ -317,7 +317,7 @@ class IndexFile:
         return {} if self._kept is None else self._kept[1]
 
     @classmethod
-    def in_memory(cls) -> IndexFile:
+    def in_memory(cls) -> Self:
         """A process-private index, for when the folder cannot hold one (a full disk)."""
         index = cls(f"file:voxcache-index-{id(object())}?mode=memory&cache=shared", uri=True)
         index._keepalive = index._connect()  # the shared memory db lives while one is open

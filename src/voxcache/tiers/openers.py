@@ -155,6 +155,7 @@ def start_state(root: Path, because: str | None = None) -> StartState:
             continue
         dead.append(path)
         rebooted = rebooted or verdict == "rebooted"
+    reason: str | None
     if dead:
         reason = f"{len(dead)} process(es) did not close the folder cleanly"
     elif unsure:

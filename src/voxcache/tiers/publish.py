@@ -18,6 +18,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from ..entry import Entry
@@ -203,21 +204,21 @@ class Publisher:
         failed: list[Tier] = []
         for tier in job.tiers:
             if winner is None:
-                held = self._run(tier, "write", lambda t=tier: t.put(job.entry,
+                held = self._run(tier, "write", partial(tier.put, job.entry,
                                  tenant=job.tenant), FAILED)
                 if held is FAILED:
                     failed.append(tier)
                 elif held is not None:
                     winner = held
                 continue
-            held = self._run(tier, "write", lambda t=tier, w=winner: t.put(
-                w, tenant=job.tenant), FAILED)
+            held = self._run(tier, "write", partial(
+                tier.put, winner, tenant=job.tenant), FAILED)
             if held is FAILED:
                 failed.append(tier)
             elif held is not None and not same_take(held, winner):
                 self._count(TierCount.REALIGNED.of(tier.name), 1)
-                self._run(tier, "replace", lambda t=tier, w=winner: t.replace(
-                    w, tenant=job.tenant), False)
+                self._run(tier, "replace", partial(
+                    tier.replace, winner, tenant=job.tenant), False)
         with self._cond:
             job.outcome = winner
             taken = job.waiting  # the submitter stores the winner itself

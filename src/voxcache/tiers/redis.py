@@ -133,7 +133,8 @@ class RedisTier:
                     raise
                 self._drop_foreign(name)
                 value = None
-        entry = None if value is None else self._verified(name, value, key, kind)
+        entry = (self._verified(name, value, key, kind) if isinstance(value, bytes)
+                 else None)  # bytes or None: the client does not decode replies
         self.counters.count("misses" if entry is None else "hits")
         return entry
 
@@ -281,6 +282,8 @@ class RedisTier:
             if old is None:
                 self.counters.count("stores")
                 return value
+            if not isinstance(old, bytes):  # SET … GET answers bytes (replies not decoded)
+                return None
             if self._live(old, key, kind):
                 return bytes(old)  # another writer's take of the same key: first writer wins
             self._discard(name, old, "replaced", "an expired or bad value gives way")

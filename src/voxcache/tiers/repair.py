@@ -119,19 +119,19 @@ def replace_index(root: Path, path: Path, judged: Identity | None, problem: str,
         fresh.carry_over(_salvaged(path), kept or {})
     finally:
         fresh.close()
-    kept = root / "quarantine" / f"{path.name}.{int(time.time())}-{secrets.token_hex(3)}"
+    aside = root / "quarantine" / f"{path.name}.{int(time.time())}-{secrets.token_hex(3)}"
     try:
         with locked(root / "locks" / OPEN_LOCK):
             if identity_of(path) != judged and problem_of(path) is None:
                 return
             with contextlib.suppress(FileNotFoundError):
                 try:
-                    os.link(path, kept, follow_symlinks=False)  # the path goes on naming it
+                    os.link(path, aside, follow_symlinks=False)  # the path goes on naming it
                 except OSError:
-                    os.replace(path, kept)  # a folder: it cannot be linked, nor replaced
+                    os.replace(path, aside)  # a folder: it cannot be linked, nor replaced
             for suffix in ("-wal", "-shm"):
                 with contextlib.suppress(FileNotFoundError):
-                    os.replace(f"{path}{suffix}", f"{kept}{suffix}")
+                    os.replace(f"{path}{suffix}", f"{aside}{suffix}")
             os.replace(temp, path)
     finally:
         for suffix in ("", "-wal", "-shm"):
