@@ -227,7 +227,7 @@ def hits_per_second(ctx: Context, urls: list[str], work: Path) -> list[dict[str,
             urllib.request.urlopen(urllib.request.Request(
                 f"{url}/v1/audio/speech", data=body.encode(),
                 headers={"Content-Type": "application/json"}), timeout=60).read()
-    seconds = ctx.pick(3, 10)
+    seconds = ctx.pick(1, 10)  # quick: CI's smoke, as bench.http's (a full run's figures)
     rows = []
     for connections in ctx.pick((24,), (6, 24, 60)):
         one = wrk(urls[0], connections, seconds, script)

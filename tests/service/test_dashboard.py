@@ -23,6 +23,9 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "operating"
 needs_chromium = pytest.mark.skipif(not shutil.which("chromium"), reason="needs Debian's chromium")
+INTERVAL = 0.5
+"""Seconds per sample (the shortest ``[dashboard] interval``): the waits below are counted in
+samples, so a shorter one proves the same in less time."""
 
 CHARTS_JS = """() => {
   const out = {};
@@ -103,23 +106,24 @@ def test_dashboard_draws_a_mix_of_hits_and_misses_and_warms_a_missed_phrase(
     """End to end with Piper: charts drawn, hit rate as /v1/stats says, warm → HIT, pin."""
     from playwright.sync_api import expect, sync_playwright
 
-    app, cached = make_app(engine=piper, segments=True, sections={"dashboard": {"interval": 1}})
+    app, cached = make_app(engine=piper, segments=True,
+                           sections={"dashboard": {"interval": INTERVAL}})
     evicted = "Platform four is now closed."
     with live(app) as server:
         url = server.url
-        time.sleep(1.5)  # the samplers' first bucket: the baseline rates are measured from
+        time.sleep(1.5 * INTERVAL)  # the samplers' first bucket: the baseline rates are from
         for round_ in range(3):  # spread over a few buckets, so each chart has a line
             _speech(url, "Your order is ready.")
             _speech(url, "Your order is ready.", "mp3")
             _speech(url, f"Ticket number {round_ + 41}, please.")
             _speech(url, "Thank you for waiting.")
-            time.sleep(1.1)
+            time.sleep(1.1 * INTERVAL)
         key = _speech(url, evicted).headers["x-cache-key"]
         assert httpx.delete(f"{url}/v1/entries/{key}").status_code == 204  # as if evicted
         assert httpx.get(f"{url}/v1/audio/{key}").status_code == 404
         assert httpx.post(f"{url}/v1/audio/speech", json={"input": "x", "voice": "nobody"}
                           ).status_code == 400
-        time.sleep(2.5)  # two more samples: the last requests are in the history
+        time.sleep(2.5 * INTERVAL)  # two more samples: the last requests are in the history
         renders_before = httpx.get(f"{url}/v1/stats").json()["counters"]["syntheses"]
 
         with sync_playwright() as pw:
