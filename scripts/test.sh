@@ -20,7 +20,7 @@ if [ "$(nproc)" -ge 2 ]; then
 fi
 # The suite starts hundreds of `voxcache` processes (serve nodes, CLI runs); where
 # PYTHONDONTWRITEBYTECODE is set (it is on the hosts the suite was timed on) no run writes the
-# compiled modules, so each process compiled the package anew (edge/test_pack_rollback.py:
+# compiled modules, so each process compiled the package anew (packs/test_pack_rollback.py:
 # 20.1 s of CPU, 15.4 s with them). Compiling once here (~0.5 s) lets them all read them.
 .venv/bin/python -m compileall -q src tests bench
 # --durations=20: the slowest phases named in every run, where the time goes
