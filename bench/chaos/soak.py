@@ -69,6 +69,16 @@ def proc_figures(pid: int) -> dict[str, float]:
             "fds": fds, "threads": int(fields["Threads"])}
 
 
+async def memory_tier_mb(client: httpx.AsyncClient, node: Node) -> float | None:
+    """The bytes the node's memory tier holds (MB, from ``/metrics``): the heap fills with
+    it, and a Redis restart empties it (the bus clears it), so the heap is read against it."""
+    with contextlib.suppress(httpx.HTTPError, ValueError):
+        for line in (await client.get(f"{node.url}/metrics")).text.splitlines():
+            if line.startswith('voxcache_stored_bytes{tier="memory"}'):
+                return round(float(line.split()[-1]) / 2**20, 1)
+    return None
+
+
 def slope_per_hour(times: list[float], values: list[float]) -> float:
     """Least-squares slope of ``values`` against ``times`` (seconds), per hour."""
     if len(times) < 2:
@@ -216,7 +226,10 @@ class Traffic:
 
 async def run(nodes: list[Node], minutes: float, redis: RedisServer) -> dict[str, Any]:
     traffic = Traffic(nodes)
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    # idle connections expire here before the server's 5 s keep-alive closes them: a request
+    # sent on a connection at the instant the server closes it is lost (httpx.ReadError)
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64,
+                          keepalive_expiry=2.0)
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
         await traffic.warm(client)
         traffic.started = time.monotonic()
@@ -237,6 +250,7 @@ async def run(nodes: list[Node], minutes: float, redis: RedisServer) -> dict[str
                                       "load": round(os.getloadavg()[0], 2)}
             for node in nodes:
                 window[node.name] = proc_figures(node.process.pid)
+                window[node.name]["tier_mb"] = await memory_tier_mb(client, node)
             windows.append(window)
             if not restarted and now >= minutes * 30:
                 redis.kill()  # half-way: Redis restarts, empty
@@ -272,9 +286,15 @@ def summarize(result: dict[str, Any], nodes: list[Node]) -> dict[str, Any]:
     for node in nodes:
         series = {name: [w[node.name][name] for w in windows]
                   for name in ("rss_mb", "anon_mb", "file_mb", "fds", "threads")}
+        if all(w[node.name].get("tier_mb") is not None for w in windows):
+            series["tier_mb"] = [w[node.name]["tier_mb"] for w in windows]
+            series["anon_minus_tier_mb"] = [a - t for a, t in zip(
+                series["anon_mb"], series["tier_mb"], strict=True)]
         summary["nodes"][node.name] = {
             name: {"first": values[0], "last": values[-1], "max": max(values),
-                   "slope_per_hour": round(slope_per_hour(times, values), 3)}
+                   "slope_per_hour": round(slope_per_hour(times, values), 3),
+                   "slope_second_half": round(slope_per_hour(
+                       times[len(times) // 2:], values[len(values) // 2:]), 3)}
             for name, values in series.items()}
     return summary
 
@@ -295,6 +315,10 @@ def plot(result: dict[str, Any], nodes: list[Node], out: Path, label: str) -> li
             if name == "rss_mb" and "anon_mb" in windows[0][node.name]:
                 ax.plot(times, [w[node.name]["anon_mb"] for w in windows], linestyle=":",
                         color=line.get_color(), label=f"{node.name} anonymous (heap)")
+            if name == "rss_mb" and windows[0][node.name].get("tier_mb") is not None:
+                ax.plot(times, [w[node.name]["tier_mb"] or 0 for w in windows],
+                        linestyle="--", color=line.get_color(),
+                        label=f"{node.name} memory tier")
         _mark_restart(ax, windows)
         ax.set_xlabel("minutes")
         ax.set_ylabel(unit)

@@ -1,9 +1,10 @@
 """A tiny deterministic engine for tests and demos: tones instead of speech.
 
 Every input that the key covers changes the tone, so a test can tell takes
-apart by their samples; ``calls`` records what reached the engine, so a test can
-count renders. It renders sentence by sentence like a real engine, and
-``delay`` stands in for model time without changing the samples.
+apart by their samples; ``calls`` records what reached the engine (the last
+``CALLS_KEPT``: a server running it for hours must not grow), so a test can count
+renders. It renders sentence by sentence like a real engine, and ``delay`` stands in
+for model time without changing the samples.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from ..engine import Engine
 from ..params import ParamSpec
 from ..request import ResolvedRequest
 from .sentences import split_sentences
+
+CALLS_KEPT = 4096
+"""``calls`` keeps the most recent renders only (the soak found it growing per new key)."""
 
 
 class ToneEngine(Engine):
@@ -58,6 +62,8 @@ class ToneEngine(Engine):
         """Yield one tone per sentence."""
         with self._lock:
             self.calls.append(request.text)
+            if len(self.calls) > CALLS_KEPT:
+                del self.calls[0]
         for sentence in split_sentences(request.text):
             time.sleep(float(request.params["delay"]))
             yield self._tone(sentence, request)
