@@ -38,6 +38,7 @@ from .metrics import Metrics
 from .options import ServiceOptions, service_options
 from .packs import install as install_packs
 from .packs import is_fallback
+from .plain_routes import HotRoutes
 from .serving import Server
 from .speech_memo import SpeechMemo
 from .stopping import StopSignals, stop_waiting_now
@@ -97,6 +98,7 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
     stored.install(app)  # the two hot routes, plain Starlette endpoints, first on the router
     openai_route.install(app)
     install_methods(app)  # 405 with every method a path takes (innermost middleware)
+    app.add_middleware(HotRoutes, owner=app)  # a hot route's request: straight to its endpoint
     edge = cached.engine
     if getattr(edge, "fallback_engine", None) is not None and not is_fallback(edge):
         app.add_middleware(EdgeFallback, edge=edge, fallback=fallback_app(app, edge))

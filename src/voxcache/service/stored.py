@@ -26,9 +26,9 @@ from starlette.types import Receive, Scope, Send
 from ..entry import Entry
 from ..errors import NotFound
 from ..vocabulary import Outcome
-from .guard import DEFAULT_TENANT, tenant_from, tenant_of
+from .guard import DEFAULT_TENANT, tenant_for, tenant_from, tenant_of
 from .options import ServiceOptions
-from .plain_routes import mount_first
+from .plain_routes import handlers_of, mount_first, refusing
 from .ranges import RangeNotSatisfiable, byte_range
 from .serving import Server
 
@@ -44,33 +44,38 @@ class StoredAudio:
     """The ASGI endpoint of ``GET``/``HEAD /v1/audio/{key}`` (a plain Starlette route: no
     dependency injection on the hottest request). A plain GET of a take this tenant owns
     in the memory tier is one send of the verified bytes; everything else (a disk read, a
-    Range or conditional request, HEAD) builds its response below."""
+    Range or conditional request, HEAD, a refusal) builds its response in ``_full``."""
 
     def __init__(self) -> None:
-        self._seen: tuple[Any, ServiceOptions, Server] | None = None
-        """(app, its options, server), read from ``app.state`` once per app."""
+        self._seen: tuple[Any, ServiceOptions, Server, dict[Any, Any]] | None = None
+        """(app, its options, server, exception handlers), read once per app."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        key = scope["path_params"]["key"]
         seen = self._seen
         if seen is None or seen[0] is not scope["app"]:
-            state = scope["app"].state
-            seen = self._seen = (scope["app"], state.options, state.server)
-        _, options, server = seen
-        tenant = tenant_from(options, Headers(scope=scope)) if options.api_keys else \
-            DEFAULT_TENANT
-        if not KEY.fullmatch(key):
-            raise NotFound(f"no entry {key!r}")
+            app = scope["app"]
+            seen = self._seen = (app, app.state.options, app.state.server, handlers_of(app))
+        _, options, server, handlers = seen
         if scope["method"] == "GET":
+            key = scope["path_params"]["key"]
+            keys = options.api_keys
+            tenant = tenant_for(keys, Headers(scope=scope)) if keys else DEFAULT_TENANT
             names = {name for name, _ in scope["headers"]}
-            entry = None if CONDITIONAL & names else server.cache.in_process.peek(key)
-            # no recency change until ownership is known
+            entry = None if CONDITIONAL & names or not KEY.fullmatch(key) else \
+                server.cache.in_process.peek(key)  # no recency change until ownership is known
             if entry is not None and entry.header.meta.get("tenant", "default") == tenant:
                 server.cache.in_process.touch(key)
                 await send({"type": "http.response.start", "status": 200,
                             "headers": _raw_headers(key, len(entry.blob))})
                 await send({"type": "http.response.body", "body": entry.blob})
                 return
+        await refusing(handlers, self._full, scope, receive, send)
+
+    async def _full(self, scope: Scope, receive: Receive, send: Send) -> None:
+        key = scope["path_params"]["key"]
+        tenant = tenant_from(scope["app"].state.options, Headers(scope=scope))
+        if not KEY.fullmatch(key):
+            raise NotFound(f"no entry {key!r}")
         response = await stored_audio(key, Request(scope, receive), tenant)
         await response(scope, receive, send)
 

@@ -28,7 +28,7 @@ from ...policies.seeds import parse_seed_policy
 from ...request import SynthesisRequest
 from ...service.errors import FieldRefusal, VoiceClipDropped
 from ...service.guard import DEFAULT_TENANT, set_priority, tenant_for, tenant_from
-from ...service.plain_routes import mount_first
+from ...service.plain_routes import handlers_of, mount_first, refusing
 from ...service.serving import Server
 from ...service.speech import AUDIO_RESPONSES, serve, voice_fields
 from ...service.speech_memo import Identity, SpeechMemo, answer, identity_of
@@ -56,31 +56,37 @@ OPENAI_CODES: list[tuple[tuple[type[RequestError], ...], str]] = [
 
 
 class SpeechEndpoint:
-    """The ASGI endpoint: a memory hit of a remembered request, else the whole route."""
+    """The ASGI endpoint: a memory hit of a remembered request, else the whole route (whose
+    refusals go through the app's handlers: ``refusing``)."""
 
     def __init__(self) -> None:
-        self._seen: tuple[Any, dict[str, str], Server, SpeechMemo] | None = None
-        """(app, its API keys, server, memo), read from ``app.state`` once per app: each
-        attribute of Starlette's ``State`` is a Python-level lookup (~0.4 µs a hit)."""
+        self._seen: tuple[Any, dict[str, str], Server, SpeechMemo, dict[Any, Any]] | None = None
+        """(app, its API keys, server, memo, exception handlers), read from ``app.state``
+        once per app: each attribute of Starlette's ``State`` is a Python-level lookup."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         body = await read_body(receive)
         if body is None:
             return  # the client went away
-        _, keys, server, memo = self._state(scope["app"])
+        _, keys, server, memo, handlers = self._state(scope["app"])
         tenant = tenant_for(keys, Headers(scope=scope)) if keys else DEFAULT_TENANT
         identity = None if tenant is None else identity_of(tenant, body, dict(scope["headers"]))
         if identity is not None and await answer(server, memo, identity, send, started):
             return
-        response = await speech(Request(scope, receive), body, identity, started)
-        await response(scope, receive, send)
 
-    def _state(self, app: Any) -> tuple[Any, dict[str, str], Server, SpeechMemo]:
+        async def whole_route(scope: Scope, receive: Receive, send: Send) -> None:
+            response = await speech(Request(scope, receive), body, identity, started)
+            await response(scope, receive, send)
+
+        await refusing(handlers, whole_route, scope, receive, send)
+
+    def _state(self, app: Any) -> tuple[Any, dict[str, str], Server, SpeechMemo, dict[Any, Any]]:
         seen = self._seen
         if seen is None or seen[0] is not app:
             state = app.state
-            seen = self._seen = (app, state.options.api_keys, state.server, state.speech_memo)
+            seen = self._seen = (app, state.options.api_keys, state.server, state.speech_memo,
+                                 handlers_of(app))
         return seen
 
 
