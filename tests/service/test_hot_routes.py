@@ -1,9 +1,10 @@
 """The two hot routes go through the framework, and say what they did in one vocabulary.
 
 ``POST /v1/audio/speech`` and ``GET /v1/audio/{key}`` are plain Starlette endpoints first on
-the app's router: no middleware answers a request before the router does, a refusal is
-counted under its route, ``/openapi.json`` still describes both, and the body is read
-as FastAPI read it (declared JSON, numbers in strings accepted).
+the app's router; ``HotRoutes`` hands a request naming one exactly to that same endpoint
+(and nothing else), a refusal is counted under its route either way, ``/openapi.json``
+still describes both, and the body is read as FastAPI read it (declared JSON, numbers in
+strings accepted).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from voxcache.errors import InvalidParameter
+from voxcache.service.plain_routes import HotRoutes
 from voxcache.vocabulary import MODES, Mode, Outcome, cache_mode
 
 
@@ -22,6 +24,44 @@ def test_no_middleware_answers_before_the_router(make_app) -> None:
     first = {route.name: route for route in app.router.routes[:2]}
     assert set(first) == {"speech", "stored_audio"}
     assert first["speech"].methods == {"POST"} and first["stored_audio"].methods >= {"GET"}
+
+
+def _behind_dispatch(app) -> list[str]:
+    """Record each request that ``HotRoutes`` passes on to the rest of the app."""
+    node, passed = app.middleware_stack, []
+    while not isinstance(node, HotRoutes):
+        node = node.app
+    rest = node.app
+
+    async def recorder(scope, receive, send) -> None:
+        passed.append(f"{scope['method']} {scope['path']}")
+        await rest(scope, receive, send)
+
+    node.app = recorder
+    return passed
+
+
+def test_only_a_request_naming_a_hot_route_skips_the_router(make_app) -> None:
+    app, _ = make_app()
+    client = TestClient(app)
+    client.get("/healthz")  # builds the middleware stack
+    passed = _behind_dispatch(app)
+    key = client.post("/v1/audio/speech", json={"input": "Hi."}).headers["X-Cache-Key"]
+    hit = client.post("/v1/audio/speech", json={"input": "Hi."})
+    assert hit.headers["X-Cache"] == "HIT"
+    stored = client.get(f"/v1/audio/{key}")
+    assert stored.headers["X-Cache"] == "HIT" and stored.content[:4] == b"RIFF"
+    assert client.head(f"/v1/audio/{key}").status_code == 200
+    assert client.get("/v1/audio/not-a-key").json()["error"]["message"] == \
+        "no entry 'not-a-key'"
+    assert passed == []
+    # a literal path is its own routes' (405), a longer path is no key, other methods too
+    assert client.get("/v1/audio/speech").status_code == 405
+    assert client.get(f"/v1/audio/{key}/more").status_code == 404
+    assert client.delete("/v1/audio/speech").status_code == 405
+    assert client.get("/healthz").status_code == 200
+    assert passed == ["GET /v1/audio/speech", f"GET /v1/audio/{key}/more",
+                      "DELETE /v1/audio/speech", "GET /healthz"]
 
 
 def test_a_refused_hot_request_is_counted_under_its_route(make_app) -> None:
