@@ -69,7 +69,10 @@ class SpeechEndpoint:
         body = await read_body(receive)
         if body is None:
             return  # the client went away
-        _, keys, server, memo, handlers = self._state(scope["app"])
+        seen = self._seen
+        if seen is None or seen[0] is not scope["app"]:
+            seen = self._state(scope["app"])
+        _, keys, server, memo, handlers = seen
         tenant = tenant_for(keys, Headers(scope=scope)) if keys else DEFAULT_TENANT
         identity = None if tenant is None else identity_of(tenant, body, dict(scope["headers"]))
         if identity is not None and await answer(server, memo, identity, send, started):
@@ -82,12 +85,10 @@ class SpeechEndpoint:
         await refusing(handlers, whole_route, scope, receive, send)
 
     def _state(self, app: Any) -> tuple[Any, dict[str, str], Server, SpeechMemo, dict[Any, Any]]:
-        seen = self._seen
-        if seen is None or seen[0] is not app:
-            state = app.state
-            seen = self._seen = (app, state.options.api_keys, state.server, state.speech_memo,
-                                 handlers_of(app))
-        return seen
+        state = app.state
+        self._seen = (app, state.options.api_keys, state.server, state.speech_memo,
+                      handlers_of(app))
+        return self._seen
 
 
 async def read_body(receive: Receive) -> bytes | None:
