@@ -66,9 +66,15 @@ class SpeechEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
-        body = await read_body(receive)
-        if body is None:
+        message = await receive()  # the first of the body's parts (usually all of it)
+        if message["type"] != "http.request":
             return  # the client went away
+        body = message.get("body", b"")
+        if message.get("more_body", False):
+            rest = await read_body(receive)
+            if rest is None:
+                return
+            body += rest
         seen = self._seen
         if seen is None or seen[0] is not scope["app"]:
             seen = self._state(scope["app"])
@@ -92,7 +98,8 @@ class SpeechEndpoint:
 
 
 async def read_body(receive: Receive) -> bytes | None:
-    """The whole body (``BodyLimit`` has read and bounded it already); None on disconnect."""
+    """The whole body, or the rest of it (``BodyLimit`` has read and bounded it already);
+    None on disconnect."""
     chunks: list[bytes] = []
     while True:
         message = await receive()
