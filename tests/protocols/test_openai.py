@@ -7,8 +7,8 @@ from fastapi import Request
 
 from voxcache import Cache, CachedEngine, SynthesisRequest
 from voxcache.errors import UnknownVoice, UnsupportedFeature, UpstreamError
+from voxcache.protocols.openai.fields import OPENAI_VOICES
 from voxcache.upstream import load_upstream
-from voxcache.upstream.openai import OPENAI_VOICES
 
 from .servers import serve_app
 from .standins import OPENAI_RATE, openai_app

@@ -7,8 +7,8 @@ the query string, so the query string is dropped), API keys (headers are not
 logged), and anything a client could use to forge a line (the path is logged as
 sent, percent-encoded, with every other control or non-ASCII byte escaped).
 
-It is pure ASGI and outermost, so it also sees what the stored-audio fast path
-answers without reaching FastAPI. It costs nothing while ``voxcache.access`` is
+It is pure ASGI and outermost, so it sees every answer, refusals by the middleware
+inside it included. It costs nothing while ``voxcache.access`` is
 below INFO; ``[service] access_log = false`` (``VOXCACHE_SERVICE_ACCESS_LOG=0``,
 ``serve --no-access-log``) turns it off. ``voxcache serve`` logs at INFO; in a
 process where nothing set logging up (a ``--workers`` process), the middleware

@@ -25,21 +25,22 @@ from ..config import Settings, load_settings
 from ..policies.segments import enabled
 from ..protocols.cosyvoice import route as cosyvoice
 from ..protocols.gpt_sovits import route as gpt_sovits
+from ..protocols.openai import route as openai_route
 from ..protocols.piper import route as piper
 from ..runtime import open_cached_engine
 from ..scheduling import Admission
 from . import admin, api_docs, errors, speech, stored, voice_routes
 from .access_log import AccessLog
 from .edge import EdgeFallback
-from .fastpath import StoredAudioFastPath
 from .guard import BodyLimit
 from .methods import install as install_methods
 from .metrics import Metrics
 from .options import ServiceOptions, service_options
 from .packs import install as install_packs
 from .packs import is_fallback
+from .plain_routes import HotRoutes
 from .serving import Server
-from .speech_memo import SpeechHitFastPath, SpeechMemo
+from .speech_memo import SpeechMemo
 from .stopping import StopSignals, stop_waiting_now
 from .voices import VoiceStore
 
@@ -94,17 +95,18 @@ def create_app(settings: Settings, *, options: ServiceOptions | None = None,
         app.include_router(module.router)
     app.include_router(gpt_sovits.control_router)
     install_packs(app)  # /v1/packs routes and the identity record
-    install_methods(app)  # 405 with every method a path takes (innermost: after the fast paths)
+    stored.install(app)  # the two hot routes, plain Starlette endpoints, first on the router
+    openai_route.install(app)
+    install_methods(app)  # 405 with every method a path takes (innermost middleware)
+    app.add_middleware(HotRoutes, owner=app)  # a hot route's request: straight to its endpoint
     edge = cached.engine
     if getattr(edge, "fallback_engine", None) is not None and not is_fallback(edge):
         app.add_middleware(EdgeFallback, edge=edge, fallback=fallback_app(app, edge))
-    app.state.speech_memo = SpeechMemo()
-    app.add_middleware(SpeechHitFastPath)  # inside BodyLimit: it reads the body BodyLimit kept
+    app.state.speech_memo = SpeechMemo()  # the speech route's decisions, by request
     app.add_middleware(BodyLimit, options=options)
-    app.add_middleware(StoredAudioFastPath)  # outermost: memory hits skip everything else
-    app.add_middleware(AccessLog, enabled=options.access_log)  # sees the fast path's answers too
+    app.add_middleware(AccessLog, enabled=options.access_log)
     # -- the operator's dashboard (issue 13): workers' shared history, response timing,
-    #    /v1/dashboard and this worker's sampler (outermost: it times the fast path too) --
+    #    /v1/dashboard and this worker's sampler (outermost: it times every answer) --
     from .dashboard import install as install_dashboard
 
     install_dashboard(app, settings)

@@ -46,10 +46,14 @@ async def tenant_of(request: Request) -> str:
     Async so that FastAPI calls it on the loop: a sync dependency costs a thread-pool hop
     on every request, hits included.
     """
-    options: ServiceOptions = request.app.state.options
-    tenant = tenant_for(options.api_keys, request.headers)
+    return tenant_from(request.app.state.options, request.headers)
+
+
+def tenant_from(options: ServiceOptions, headers: Mapping[str, str]) -> str:
+    """The caller's tenant, or 401 saying what to send (``tenant_of`` without FastAPI)."""
+    tenant = tenant_for(options.api_keys, headers)
     if tenant is None:
-        given = presented_key(request.headers)
+        given = presented_key(headers)
         if not given:
             raise Unauthorized("missing or unknown API key: send 'Authorization: Bearer <key>'")
         if _one_of(options.admin_keys, given):
@@ -158,7 +162,11 @@ class BodyLimit:
         uploads = path in UPLOAD_PATHS or (path.startswith("/v1/voices/")
                                            and UPLOAD_PATTERN.fullmatch(path) is not None)
         limit = self.upload_limit if uploads else self.body_limit
-        declared = dict(scope["headers"]).get(b"content-length")
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length")
+        if declared is None and b"transfer-encoding" not in headers:
+            await self.app(scope, receive, send)  # no body (a GET): nothing to count or wait for
+            return
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             await _too_large(send, limit)
             return
@@ -233,7 +241,12 @@ async def render_priority(request: Request) -> None:
     the context variable it sets must live in the endpoint's own task."""
     if getattr(request.app.state, "server", None) is None:
         return  # routers mounted on a library user's app: no admission control to order
-    name = request.headers.get("x-voxcache-priority", "interactive").strip().lower()
+    set_priority(request.headers.get("x-voxcache-priority"))
+
+
+def set_priority(header: str | None) -> None:
+    """Order this task's renders by ``X-Voxcache-Priority`` (absent: interactive)."""
+    name = ("interactive" if header is None else header).strip().lower()
     if name not in PRIORITIES:
         raise InvalidParameter(f"X-Voxcache-Priority must be one of {', '.join(PRIORITIES)}, "
                                f"got {name!r}")

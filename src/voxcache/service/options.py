@@ -17,15 +17,11 @@ from typing import Any
 
 from ..config import Settings, parse_size
 from ..errors import InvalidParameter
-from ..upstream.openai import OPENAI_VOICES as UPSTREAM_OPENAI_VOICES
+from ..protocols.openai.fields import OPENAI_MODELS, OPENAI_VOICES
 
-OPENAI_VOICES = UPSTREAM_OPENAI_VOICES
-"""OpenAI's built-in voice names (one list, ``upstream.openai``'s). By default each is an
-alias of the engine's default voice, so the official client's examples work unchanged;
-``[voice_aliases]`` maps them elsewhere."""
-
-OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-tts")
-"""OpenAI model names accepted as aliases of the configured engine."""
+__all__ = ["OPENAI_MODELS", "OPENAI_VOICES", "ServiceOptions", "service_options"]
+# OpenAI's voice names alias the engine's default voice unless ``[voice_aliases]`` maps them
+# elsewhere, so the official client's examples work unchanged
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,15 +1,10 @@
-"""Synthesis routes: OpenAI-compatible ``POST /v1/audio/speech`` and native ``POST /v1/synthesize``.
+"""Native synthesis, ``POST /v1/synthesize``, and the path every synthesis route shares.
 
-Both build one core ``SynthesisRequest`` (the tenant from the API key, a named
-uploaded voice replaced by its clip and prompt text) and hand it to the same
-path: ``Server.take`` then ``respond``. A route never chooses an error status;
-it raises from the error tree and ``errors.STATUS`` decides.
-
-The OpenAI route answers as OpenAI does where the two differ: ``pcm`` is 24 kHz
-(OpenAI defines it so, and clients hard-code it; the native route keeps the
-engine's rate and says it in the Content-Type), and a refusal names the body
-field at fault (``param``) with OpenAI's ``code`` — an unknown voice is a 400
-``invalid_value`` listing every name that works, aliases included, not a 404.
+A route builds one core ``SynthesisRequest`` (the tenant from the API key, a named
+uploaded voice replaced by its clip and prompt text: ``voice_fields``) and hands it to
+``serve``: ``Server.take`` then ``respond``. A route never chooses an error status; it
+raises from the error tree and ``errors.STATUS`` decides. OpenAI's route is
+``protocols.openai.route``.
 """
 
 from __future__ import annotations
@@ -22,24 +17,17 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
 
-from ..errors import (
-    InvalidParameter,
-    NotFound,
-    RequestError,
-    UnknownVoice,
-    UnsupportedFeature,
-)
+from ..errors import InvalidParameter, NotFound, UnknownVoice, UnsupportedFeature
 from ..formats import Format, lookup
-from ..policies.seeds import parse_seed_policy
 from ..request import SynthesisRequest
 from ..vocabulary import Mode, cache_mode
-from .errors import FieldRefusal, VoiceClipDropped
+from .errors import VoiceClipDropped
 from .guard import caller_of, render_priority, tenant_of
-from .options import OPENAI_MODELS, OPENAI_VOICES
+from .options import OPENAI_VOICES
 from .respond import STREAMABLE, streamed, whole
-from .schemas import SpeechRequest, SynthesizeRequest
+from .schemas import SynthesizeRequest
 from .serving import Server
-from .speech_memo import Decision, Identity, request_identity
+from .speech_memo import Decision, Identity
 from .voices import VOICE_ID, Voice
 
 EMBEDDING_WIDTH = 256
@@ -55,55 +43,6 @@ AUDIO_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"description": "invalid request (OpenAI's error shape: param names the field)"},
     401: {"description": "bad API key"}, 503: {"description": "overloaded"},
 }
-OPENAI_PCM_RATE = 24000
-"""OpenAI's ``pcm``: 24 kHz, 16-bit, mono."""
-OPENAI_FIELDS = {"text": "input", "voice": "voice", "reference_audio": "voice",
-                 "language": "language", "instruct": "instructions", "seed": "seed",
-                 "speed": "speed", "params": "params"}
-"""Core request fields → the OpenAI body field a caller set them with."""
-OPENAI_CODES: list[tuple[tuple[type[RequestError], ...], str]] = [
-    ((UnsupportedFeature,), "unsupported_value"),
-    ((InvalidParameter, UnknownVoice, NotFound), "invalid_value"),
-]
-"""voxcache's refusals → OpenAI's ``code`` (others keep voxcache's class name)."""
-
-
-@router.post("/v1/audio/speech", responses=AUDIO_RESPONSES, tags=["synthesis"])
-async def speech(body: SpeechRequest, request: Request,
-                 tenant: str = Depends(tenant_of)) -> Response:
-    """OpenAI-compatible speech: the official ``openai`` client works unchanged."""
-    started = time.perf_counter()
-    server: Server = request.app.state.server
-    field: str | None = "model"  # the body field being checked, for a refusal's ``param``
-    core: SynthesisRequest | None = None
-    try:  # one try, not a context manager per step: this is every hit's path
-        _check_model(server, body.model)
-        field = "response_format"
-        fmt = lookup(body.response_format)
-        if fmt.name == "pcm":
-            fmt = fmt.at(OPENAI_PCM_RATE)
-        field = "voice"
-        voice = body.voice.id if hasattr(body.voice, "id") else body.voice
-        voice_fields = await _voice_fields(request, tenant, voice, openai=True)
-        field = None
-        core = SynthesisRequest(text=body.input, instruct=body.instructions,
-                                language=body.language, seed=body.seed, speed=body.speed,
-                                params=body.params, tenant=tenant, seed_policy=body.seed_policy,
-                                **voice_fields)
-        sse = body.stream_format == "sse"
-        # OpenAI streams its bodies: a miss goes out as it renders where the engine's audio
-        # arrives in pieces from a server (a gateway's upstream), and always for pcm
-        progressive = fmt.name == "pcm" or server.cached.engine.streams_from_server
-        return await _serve(request, "speech", core, fmt, body.cache, sse or progressive,
-                            sse, started, text=body.input,
-                            memo=None if sse else request_identity(request.scope, tenant))
-    except FieldRefusal:
-        raise
-    except RequestError as exc:
-        if field is None and core is not None:
-            field = _blame(server, core)
-        raise _openai_refusal(exc, field) from exc
-
 
 @router.post("/v1/synthesize", responses=AUDIO_RESPONSES, tags=["synthesis"])
 async def synthesize(body: SynthesizeRequest, request: Request,
@@ -119,18 +58,20 @@ async def synthesize(body: SynthesizeRequest, request: Request,
             raise InvalidParameter("send either voice or reference_audio, not both")
     else:
         fields.pop("reference_audio")
-        voice_fields = await _voice_fields(request, tenant, fields.pop("voice"))
-        if "prompt_text" in voice_fields and fields.get("prompt_text"):
+        found = await voice_fields(request, tenant, fields.pop("voice"))
+        if "prompt_text" in found and fields.get("prompt_text"):
             raise InvalidParameter("an uploaded voice carries its own prompt_text; omit it")
-        fields.update({k: v for k, v in voice_fields.items() if v is not None or k == "voice"})
+        fields.update({k: v for k, v in found.items() if v is not None or k == "voice"})
     core = SynthesisRequest(**fields, tenant=tenant)
-    return await _serve(request, "synthesize", core, lookup(body.response_format), body.cache,
-                        body.stream, False, started)
+    return await serve(request, "synthesize", core, lookup(body.response_format), body.cache,
+                       body.stream, False, started)
 
 
-async def _serve(request: Request, route: str, core: SynthesisRequest, fmt: Format,
-                 mode: Mode, stream: bool, sse: bool, started: float, text: str = "",
-                 memo: Identity | None = None) -> Response:
+async def serve(request: Request, route: str, core: SynthesisRequest, fmt: Format,
+                mode: Mode, stream: bool, sse: bool, started: float, text: str = "",
+                memo: Identity | None = None) -> Response:
+    """Serve ``core`` in ``fmt`` (``X-Cache-Mode`` beats ``mode``); ``memo``: the request's
+    identity, remembered when the take is served by key alone from now on."""
     server: Server = request.app.state.server
     mode = cache_mode(request.headers.get("x-cache-mode"), mode)
     core = dataclasses.replace(core, caller=caller_of(request, core.tenant))
@@ -160,14 +101,7 @@ async def _serve(request: Request, route: str, core: SynthesisRequest, fmt: Form
     return response
 
 
-def _check_model(server: Server, model: str | None) -> None:
-    engine = server.cached.engine.id
-    if model and model != engine and model not in OPENAI_MODELS:
-        raise InvalidParameter(f"model {model!r} is not served here; this server renders with "
-                               f"{engine!r} and also accepts {', '.join(OPENAI_MODELS)}")
-
-
-async def _voice_fields(request: Request, tenant: str, name: str | None,
+async def voice_fields(request: Request, tenant: str, name: str | None,
                         openai: bool = False) -> dict[str, Any]:
     """Map a voice name to request fields: an uploaded voice (a clip, a tensor, or — for an
     engine that takes a tensor of its shape and no clips — a clip's speaker embedding), an
@@ -233,41 +167,6 @@ async def _tensor_of(request: Request, tenant: str, voice: Voice) -> Any:
 
     result = await artifacts(request).of_voice(state.voices, voice)
     return result.artifact["embedding"]
-
-
-def _openai_refusal(exc: RequestError, param: str | None) -> FieldRefusal:
-    """``exc`` as OpenAI words a refusal: the body field at fault and OpenAI's code. An
-    unknown voice is a 400 there, not a 404; voxcache's own statuses (413, 409) stay."""
-    status = 400 if isinstance(exc, UnknownVoice | NotFound) else exc.status
-    code = next((code for cls, code in OPENAI_CODES if isinstance(exc, cls)), type(exc).__name__)
-    if isinstance(exc, VoiceClipDropped):
-        param = "voice"
-    return FieldRefusal(str(exc), status=status, param=param, code=code)
-
-
-def _blame(server: Server, core: SynthesisRequest) -> str | None:
-    """The OpenAI field that alone makes resolution refuse ``core`` (None: no single one).
-
-    Runs on the error path only: each field the caller set is resolved on its own,
-    beside defaults that resolve, and the first that fails is the one at fault."""
-    plain = SynthesisRequest(text="a", tenant=core.tenant)
-    for field, param in OPENAI_FIELDS.items():
-        value = getattr(core, field)
-        if value == getattr(plain, field):
-            continue
-        alone = dataclasses.replace(plain, **{field: value})
-        if field == "reference_audio":
-            alone = dataclasses.replace(alone, prompt_text=core.prompt_text)
-        try:
-            server.cached.resolve(alone)
-        except RequestError:
-            return param
-    if core.seed_policy is not None:
-        try:
-            parse_seed_policy(core.seed_policy)
-        except RequestError:
-            return "seed_policy"
-    return None
 
 
 def _b64(data: str) -> bytes:

@@ -19,11 +19,16 @@ import re
 import time
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
+from starlette.datastructures import Headers
+from starlette.types import Receive, Scope, Send
 
 from ..entry import Entry
 from ..errors import NotFound
-from .guard import tenant_of
+from ..vocabulary import Outcome
+from .guard import DEFAULT_TENANT, tenant_for, tenant_from, tenant_of
+from .options import ServiceOptions
+from .plain_routes import handlers_of, mount_first, refusing
 from .ranges import RangeNotSatisfiable, byte_range
 from .serving import Server
 
@@ -35,26 +40,89 @@ ENVELOPE_HEADER = ("X-Voxcache-Envelope", "vxch")
 and ``data`` (players skip it; a client that takes bytes 44.. as samples must not)."""
 
 
-@router.head("/v1/audio/{key}", include_in_schema=False)
-@router.get("/v1/audio/{key}", tags=["entries"],
-            responses={200: {"content": {"audio/wav": {}}}, 304: {}, 206: {},
-                       404: {"description": "no such entry (or another tenant's)"}})
-async def stored_audio(key: str, request: Request, tenant: str = Depends(tenant_of)) -> Response:
+class StoredAudio:
+    """The ASGI endpoint of ``GET``/``HEAD /v1/audio/{key}`` (a plain Starlette route: no
+    dependency injection on the hottest request). A plain GET of a take this tenant owns
+    in the memory tier is one send of the verified bytes; everything else (a disk read, a
+    Range or conditional request, HEAD, a refusal) builds its response in ``_full``."""
+
+    def __init__(self) -> None:
+        self._seen: tuple[Any, ServiceOptions, Server, dict[Any, Any]] | None = None
+        """(app, its options, server, exception handlers), read once per app."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        seen = self._seen
+        if seen is None or seen[0] is not scope["app"]:
+            app = scope["app"]
+            seen = self._seen = (app, app.state.options, app.state.server, handlers_of(app))
+        _, options, server, handlers = seen
+        if scope["method"] == "GET":
+            key = scope["path_params"]["key"]
+            keys = options.api_keys
+            tenant = tenant_for(keys, Headers(scope=scope)) if keys else DEFAULT_TENANT
+            names = {name for name, _ in scope["headers"]}
+            entry = None if CONDITIONAL & names or not KEY.fullmatch(key) else \
+                server.cache.in_process.peek(key)  # no recency change until ownership is known
+            if entry is not None and entry.header.meta.get("tenant", "default") == tenant:
+                server.cache.in_process.touch(key)
+                await send({"type": "http.response.start", "status": 200,
+                            "headers": _raw_headers(key, len(entry.blob))})
+                await send({"type": "http.response.body", "body": entry.blob})
+                return
+        await refusing(handlers, self._full, scope, receive, send)
+
+    async def _full(self, scope: Scope, receive: Receive, send: Send) -> None:
+        key = scope["path_params"]["key"]
+        tenant = tenant_from(scope["app"].state.options, Headers(scope=scope))
+        if not KEY.fullmatch(key):
+            raise NotFound(f"no entry {key!r}")
+        response = await stored_audio(key, Request(scope, receive), tenant)
+        await response(scope, receive, send)
+
+
+CONDITIONAL = frozenset((b"range", b"if-none-match"))
+"""Request headers that need the full response (a slice, a 304)."""
+_TYPE, _CONTROL, _RANGES = ((b"content-type", b"audio/wav"), (b"cache-control", IMMUTABLE.encode()),
+                            (b"accept-ranges", b"bytes"))
+_HIT, _TIER, _ENVELOPE = ((b"x-cache", Outcome.HIT.header.encode()), (b"x-cache-tier", b"memory"),
+                          (ENVELOPE_HEADER[0].lower().encode(), ENVELOPE_HEADER[1].encode()))
+
+
+def _raw_headers(key: str, length: int) -> list[tuple[bytes, bytes]]:
+    """A whole memory hit's headers: ``stored_audio``'s, as raw ASGI pairs."""
+    raw = key.encode()
+    return [_TYPE, (b"content-length", b"%d" % length), (b"etag", b'"%s"' % raw), _CONTROL,
+            _RANGES, _HIT, _TIER, (b"x-cache-key", raw), _ENVELOPE]
+
+
+async def stored_audio(key: str, request: Request, tenant: str) -> Response:
     """Serve a stored entry: the WAV file itself, envelope chunk included
     (``X-Voxcache-Envelope: vxch``; synthesis routes deliver plain WAVs)."""
     server: Server = request.app.state.server
-    if not KEY.fullmatch(key):
-        raise NotFound(f"no entry {key!r}")
     found = await server.stored(key, tenant)
     if found is None:
         raise NotFound(f"no entry {key!r}")
     entry, tier = found
-    headers = {"ETag": f'"{key}"', "Cache-Control": IMMUTABLE, "X-Cache": "HIT",
+    headers = {"ETag": f'"{key}"', "Cache-Control": IMMUTABLE, "X-Cache": Outcome.HIT.header,
                "X-Cache-Key": key, "X-Cache-Tier": tier, "Accept-Ranges": "bytes",
                ENVELOPE_HEADER[0]: ENVELOPE_HEADER[1]}
     if _matches(request.headers.get("if-none-match"), key):
         return Response(status_code=304, headers=headers)
     return _body(entry, request, headers)
+
+
+def install(app: FastAPI) -> None:
+    """Mount ``/v1/audio/{key}`` first on the app's router, documented as FastAPI would."""
+    mount_first(app, "/v1/audio/{key}", StoredAudio(), "GET", "stored_audio", {
+        "tags": ["entries"], "summary": "Stored Audio", "operationId": "stored_audio",
+        "description": "Serve a stored entry: the WAV file itself, envelope chunk included "
+                       "(``X-Voxcache-Envelope: vxch``; synthesis routes deliver plain WAVs).",
+        "parameters": [{"name": "key", "in": "path", "required": True,
+                        "schema": {"type": "string", "title": "Key"}}],
+        "responses": {"200": {"description": "the stored WAV", "content": {"audio/wav": {}}},
+                      "206": {"description": "a byte range"},
+                      "304": {"description": "not modified"},
+                      "404": {"description": "no such entry (or another tenant's)"}}})
 
 
 def _body(entry: Entry, request: Request, headers: dict[str, str]) -> Response:

@@ -3,7 +3,7 @@
 Time to first audio says when a listener starts hearing; an operator also needs
 the whole answer's time, split by how it was served, to see hits stay fast while
 misses queue. Measured here, outermost, from the request's arrival to its last
-body byte handed to the server — so the stored-audio fast path and streamed
+body byte handed to the server — so memory hits and streamed
 renders are timed like everything else, and no route has to remember to do it.
 Only responses that say how they were served (an ``X-Cache`` header) are timed.
 """

@@ -19,7 +19,7 @@ from .base import UpstreamEngine, check_url
 UPSTREAMS = Registry("upstream kind", "voxcache.upstreams", UpstreamEngine, {
     "gpt-sovits": "voxcache.protocols.gpt_sovits.upstream:GptSovitsEngine",  # api_v2 POST /tts
     "cosyvoice": "voxcache.protocols.cosyvoice.upstream:CosyVoiceEngine",  # /inference_*, PCM
-    "openai": "voxcache.upstream.openai:OpenAISpeechEngine",  # any /v1/audio/speech server
+    "openai": "voxcache.protocols.openai.upstream:OpenAISpeechEngine",  # any /v1/audio/speech
     "piper-http": "voxcache.protocols.piper.upstream:PiperHttpEngine",  # piper.http_server
     "voxcache": "voxcache.upstream.voxcache:VoxcacheEdgeEngine",  # a central voxcache (edges)
 })

@@ -22,17 +22,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..audio import Audio
-from ..errors import InvalidParameter, UpstreamError
-from ..request import ResolvedRequest
-from .base import UpstreamEngine, headers_option
-from .decode import wav_stream
+from ...audio import Audio
+from ...errors import InvalidParameter, UpstreamError
+from ...request import ResolvedRequest
+from ...upstream.base import UpstreamEngine, headers_option
+from ...upstream.decode import wav_stream
+from .fields import OPENAI_VOICES
 
 CALLER_FAULTS = (400, 404, 413, 422)
 """Upstream statuses that mean "this request cannot be rendered as sent"."""
-OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage",
-                 "shimmer", "verse", "marin", "cedar")
-"""OpenAI's built-in voices, as its API reference lists them (also the service's aliases)."""
 
 
 class OpenAISpeechEngine(UpstreamEngine):
