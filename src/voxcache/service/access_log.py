@@ -1,18 +1,10 @@
 """One line per request on the ``voxcache.access`` logger: how each request was served.
 
-An operator reads ``method path status cache tier key ms`` and knows whether a
-complaint was a miss, a stale take or an error, and which stored take it was.
-What a line never holds: the text (GPT-SoVITS and CosyVoice GETs carry it in
-the query string, so the query string is dropped), API keys (headers are not
-logged), and anything a client could use to forge a line (the path is logged as
-sent, percent-encoded, with every other control or non-ASCII byte escaped).
-
-It is pure ASGI and outermost, so it sees every answer, refusals by the middleware
-inside it included. It costs nothing while ``voxcache.access`` is
-below INFO; ``[service] access_log = false`` (``VOXCACHE_SERVICE_ACCESS_LOG=0``,
-``serve --no-access-log``) turns it off. ``voxcache serve`` logs at INFO; in a
-process where nothing set logging up (a ``--workers`` process), the middleware
-gives its logger a stderr handler, so each worker's lines reach the same output.
+``method path status cache tier key ms``: whether a complaint was a miss, a stale take or an
+error, and which take. Never the text (the query string is dropped), never API keys, and
+nothing a client could forge a line with (the path escaped). Pure ASGI and outermost, free
+while the logger is below INFO; ``[service] access_log = false`` turns it off; a
+``--workers`` process gets a stderr handler so every worker's lines reach one output.
 """
 
 from __future__ import annotations

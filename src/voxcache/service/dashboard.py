@@ -1,15 +1,9 @@
 """The operator's dashboard: its JSON (``GET /v1/dashboard``), its chart library, its sampler.
 
-``install`` is the one call ``create_app`` makes: it gives the metrics a shared
-history (so ``/metrics`` and the page sum every worker), times audio responses,
-adds the routes, and runs this worker's sampler while the app is up. The page
-itself is ``static/dashboard.html`` (served at ``/`` by ``admin``); it polls
-``/v1/dashboard`` once per sampling interval.
-
-Who sees what: with no key configured (the localhost default) everyone sees
-everything, as with ``/metrics``. Once keys are configured an ``[admin]`` key sees
-the whole service and a tenant's key sees its own tenant only — its entries and
-its most missed and most heard phrases — and anything else is a 401.
+``install`` (called by ``create_app``) gives the metrics a shared history, times audio
+responses, adds the routes and runs this worker's sampler; the page is
+``static/dashboard.html``. With no key configured everyone sees everything; with keys an
+``[admin]`` key sees the whole service and a tenant's key its own tenant only.
 """
 
 from __future__ import annotations

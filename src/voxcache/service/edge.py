@@ -1,21 +1,11 @@
 """An edge's fallback: while the center is unreachable, a miss is answered by a local engine.
 
-The fallback is a whole second app over the same cache folder, built by ``create_app``
-(``app.fallback_app``)
-with the fallback engine (``VoxcacheEdgeEngine.fallback_engine``, e.g. Piper on the
-device), so every route, format and streaming mode works exactly as it does for the
-center's takes. ``EdgeFallback`` sits in front of the edge's own app: a request that
-the edge answers with 503 *while its center is offline* (the miss could not be
-fetched) is replayed to the fallback app, and the fallback's answer goes out with
-``X-Cache: FALLBACK`` (its own status in ``X-Cache-Fallback``, the engine in
-``X-Voxcache-Fallback-Engine``). If the fallback refuses too, the original 503 goes
-out, so the client still learns when to retry.
-
-Why it cannot store a fallback take under a center key: the fallback app keys with
-the fallback engine's identity, whose model revision is marked (``+edge-fallback``),
-so every key it computes differs from every key the center could compute — its takes
-are stored (and later served, while offline) under those keys only. When the center
-is back, the same request keys as the center's again and is fetched from it.
+The fallback is a second app over the same cache folder (``app.fallback_app``) with the
+local engine, so every route works as for the center's takes. ``EdgeFallback`` replays a
+request the edge answered with 503 *while its center is offline* to it, answering with
+``X-Cache: FALLBACK`` (else the original 503 goes out). The fallback's model revision is
+marked (``+edge-fallback``), so its takes can never be stored under a center key.
+docs/operating/edge.md, "The edge".
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Who is asking, how much they may send, and how urgently: tenant, admin, body limits, priority.
 
-With no keys configured every request is tenant ``default`` (the server then
-binds to localhost only unless told otherwise — see ``cli/serve``). With keys,
-a request without a known key is 401; the tenant it maps to namespaces every
-key, voice and entry it can touch. Server-wide figures (``/metrics``,
-``/v1/stats``) span every tenant, so once any key is configured they need an
-``[admin]`` key; a tenant's key is 403 there.
-
-Bodies are read by an ASGI middleware before any route sees a byte: it counts the
-bytes actually received (a lying or absent Content-Length, a chunked body, cannot get
-past it), answers 413 the moment the count is over the limit and 408 when the body
-has not all arrived within ``body_timeout``, and hands the route the body it read.
+Without keys every request is tenant ``default`` (and the server binds to localhost); with
+keys an unknown key is 401, and the tenant namespaces everything it can touch; server-wide
+figures need an ``[admin]`` key (a tenant's is 403). Bodies are counted as they arrive by an
+ASGI middleware (a lying Content-Length or chunked body cannot pass): 413 past the limit,
+408 past ``body_timeout``.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """What every worker of one service has counted, kept where all of them can add and read it.
 
-``voxcache serve --workers N`` runs N processes, each with its own Prometheus
-counters, render slots and memory tier. A scrape or a dashboard poll reaches one
-of them at random, so neither may show that process's figures alone: the totals
-would jump from worker to worker (Prometheus reads a smaller value as a counter
-reset) and the dashboard would show a fraction of the traffic. Each worker
-therefore *publishes* what it counted into tables of the cache folder's index
-database (``history_*``, ``tiers.index_schema``), which every worker sums:
-
-- ``totals``: per worker, its counter samples since it started; the sum over
-  workers is what ``/metrics`` exports, so every scrape sees the same totals
-  whichever worker answers. The answering worker publishes first, so its own
-  figures are exact; another's lag by at most one sampling interval. A worker
-  that has exited leaves its totals in a ``retired`` row (counters never go down).
-- ``deltas``: per time bucket (one sampling interval), what all workers added
-  during it — the bounded ring the dashboard's charts are drawn from.
-- ``levels``: per time bucket and worker, gauges (renders running and queued,
-  memory held) and the cache folder's own persisted counters (worker ``folder``:
-  every worker reads the same index, so the last writer's copy is as good as any).
-
-The tables are an accelerator for figures, never a dependency: when they cannot be
-read or written (a full disk, a lock held too long, a damaged database) the caller
-falls back to this process's own figures, the fault is counted as ``history_errors``
-and logged once per cause, and damage starts the index's own repair.
+A scrape reaches one ``--workers`` process at random, so each publishes what it counted into
+the index database (``history_*``): ``totals`` per worker (summed for ``/metrics``; an exited
+worker's are kept as ``retired``, so counters never go down), ``deltas`` per time bucket
+(the dashboard's charts) and ``levels`` (gauges and the folder's counters). An accelerator,
+never a dependency: when the tables fail the caller uses its own figures, counts
+``history_errors``, and damage starts the index's repair.
 """
 
 from __future__ import annotations

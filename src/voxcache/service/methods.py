@@ -1,15 +1,9 @@
 """405 for a method a route does not take, with every method it does take in ``Allow``.
 
-Starlette answers 405 only when no route matches the path *and* method, and names the
-methods of the first route that matched the path alone. Two ways that went wrong here:
-
-- ``GET /v1/audio/speech`` was a 404 "no entry 'speech'": the stored-take route
-  ``GET /v1/audio/{key}`` takes any word as a key, so it matched before the method of
-  ``POST /v1/audio/speech`` was ever considered. A path that is some route's literal
-  path now belongs to the routes written with it: another method there is a 405
-  (``MethodCheck``, one dictionary lookup per request);
-- ``PUT /tts`` said ``Allow: GET`` though ``POST /tts`` exists too: every 405 the router
-  raises is answered here (``install``) with the methods of every route whose path matches.
+Starlette let ``GET /v1/audio/{key}`` swallow ``GET /v1/audio/speech`` (a 404) and named
+only the first matching route's methods (``PUT /tts`` said ``Allow: GET``). Here a path that
+is some route's literal path belongs to the routes written with it (``MethodCheck``, one
+dictionary lookup), and every 405 names the methods of every route whose path matches.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Prometheus metrics: the service's request figures summed over its workers, plus the cache's.
 
-Each app gets its own registries (two apps in one test process must not clash).
-Request-level series are counted in this process as requests are served, into
-``local``; what ``/metrics`` exports (``registry``) is that summed over every
-worker sharing the cache folder, through ``history.History`` — so a scrape
-answered by any ``--workers`` process shows the same totals, and a counter never
-seems to go down because another worker answered. Without a history (a library
-user's app, or a cache folder that cannot hold one) it is this process's figures.
-Tier totals, evictions and corruptions are read from ``cache.stats()`` at scrape
-time: they are the cache folder's own figures across every process that shares it.
-Every name is documented in docs/operating/metrics.md.
+Each app has its own registries. Request series are counted into ``local`` and exported
+summed over every worker through ``history.History`` (so any worker's scrape shows the same
+totals); tier totals, evictions and corruptions are read from ``cache.stats()`` at scrape
+time. Every name is documented in docs/operating/metrics.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """Packs over HTTP, and what a node tells its edges: ``/v1/packs/...``.
 
-- ``GET /v1/packs/identity`` — the identity this node keys takes with
-  (``packs.identity``) and the tenant the caller's API key belongs to: what an edge
-  needs to key requests exactly as this node does. Any configured key may ask (it
-  says no more than ``GET /v1/engine``, plus the caller's own tenant).
-- ``POST /v1/packs`` (admin key) — build a signed pack of a selection, optionally a
-  delta against a snapshot the caller already has (``{"base": …}``), and answer its
-  descriptor (``201``; ``Location`` is the download).
-- ``GET /v1/packs/{digest}`` (admin key) — the pack file, immutable: ETag is its
-  digest, and ``Range``/``If-Range`` resume a download cut short.
-
-Publishing is on once ``[packs] signing_key`` names a private key (``voxcache pack
-keygen``); the key is read at start, so a bad path stops the server there.
-``install`` is what ``create_app`` calls: it adds these routes, records the
-node's identity in its cache folder (for offline edges and CLI exports), and on an
-edge with a fallback engine installs the fallback (``service.edge``).
+``GET /v1/packs/identity`` (any key: the identity this node keys with, and the caller's
+tenant), ``POST /v1/packs`` (admin: build a signed pack of a selection, optionally a delta
+against ``base``; 201 with its descriptor) and ``GET /v1/packs/{digest}`` (admin: the
+immutable file, ETag and Range). Publishing is on once ``[packs] signing_key`` names a key
+(read at start). ``install`` also records the node's identity and an edge's fallback.
 """
 
 from __future__ import annotations

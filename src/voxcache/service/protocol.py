@@ -1,17 +1,11 @@
 """uvicorn's HTTP protocol with a header deadline, and the uvicorn options voxcache ships.
 
-uvicorn (0.54) closes an idle keep-alive connection only after a first request,
-and its keep-alive timer restarts on every byte received. So a connection that
-never sends anything, or that sends its headers one byte a second (slowloris),
-holds a socket and a protocol object forever: a few thousand of them and the
-server takes no new connection. ``HeaderTimeoutProtocol`` gives every request's
-headers a deadline counted from when the connection opened or from the end of
-the previous response — bytes trickling in do not move it — and caps their size.
-The body has its own deadline (``guard.BodyLimit``); a request being served has
-none here (``request_timeout`` bounds its render).
-
-``uvicorn_options`` is the one place the server's uvicorn settings are made:
-``voxcache serve`` (one process or ``--workers``) and the test servers use it.
+uvicorn closes an idle keep-alive connection only after a first request and restarts its
+timer on every byte, so a silent or slowloris connection held a socket forever.
+``HeaderTimeoutProtocol`` gives every request's headers a deadline (from the connection's
+start or the previous response; trickled bytes do not move it) and caps their size; the
+body has its own (``guard.BodyLimit``). ``uvicorn_options`` is the one place the server's
+uvicorn settings are made (``serve``, ``--workers``, the test servers).
 """
 
 from __future__ import annotations

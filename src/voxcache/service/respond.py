@@ -1,21 +1,11 @@
 """Turning a take into an HTTP response: whole bodies, progressive audio, and SSE.
 
-Every audio response says how it was served (``X-Cache``, ``X-Cache-Tier``,
-``X-Cache-Key``, ``ETag``). A whole body has its ``Content-Length``.
-
-What is delivered is a standard file of the format asked for, never the stored
-envelope: a ``wav`` is a plain 44-byte header and the samples (``GET
-/v1/audio/{key}`` is the route that hands out the stored file itself). The header
-and the stored samples go out as two body messages, so a hit copies nothing.
-Formats that are not the stored samples — mp3, opus, flac, and ``pcm`` at a rate
-other than the take's (OpenAI's 24 kHz) — are encoded in the I/O pool once and
-stored as ``encoded`` entries (``voxcache.encoded``: memory and disk, evicted
-before the PCM they derive from), so a repeated mp3 hit costs what a wav hit does.
-
-A streamed take waits for its first chunk before sending headers, so a failure
-before any audio still gets its proper 4xx/5xx. Its chunks go through one
-stateful resampler (``formats.Resampler``) when the format has its own rate, so
-the streamed samples are exactly those of the whole take resampled.
+Every audio response says how it was served (``X-Cache``, ``X-Cache-Tier``, ``X-Cache-Key``,
+``ETag``) and is a standard file of the format asked for, never the stored envelope (a wav
+hit goes out as a 44-byte header and the stored samples, copying nothing). Other formats are
+encoded once in the I/O pool and stored (``voxcache.encoded``). A stream waits for its first
+chunk before headers (so an early failure keeps its status) and resamples through one
+stateful ``formats.Resampler``. docs/operating/service.md.
 """
 
 from __future__ import annotations

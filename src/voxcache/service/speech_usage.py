@@ -1,21 +1,10 @@
 """The ``usage`` of an OpenAI ``speech.audio.done`` event: what voxcache can honestly count.
 
-OpenAI counts text tokens of the input (``o200k_base``) and audio tokens of the
-output. Neither can be had exactly here: no tokenizer vocabulary may be fetched at
-run time, and the one PyPI wheel that bundles ``o200k_base`` (``bpe-openai``
-0.1.4, alpha) weighs 42 MB with a 74 MB native library — too much for a number
-nobody is billed on. So:
-
-- ``input_tokens`` = UTF-8 bytes of ``input`` / 4, rounded up: OpenAI's own rule of
-  thumb (a token is about four bytes of text). Measured against the real
-  ``o200k_base`` on 113 texts (the docs' paragraphs, the shipped phrases, sentences
-  in twelve languages including Chinese, Japanese, Korean, Russian and Arabic):
-  12 % off per text on average, 1.5 % off in total; the worst cases are short
-  strings of digits and punctuation (-42 %) and Cyrillic/Korean (+57 %).
-- ``output_tokens`` = 20 per second of audio delivered, rounded up (one per 50 ms:
-  the rate OpenAI gives for model audio in its Realtime cost guide). It measures
-  the audio's length, not work done: a cache hit counts what a miss counts.
-- ``total_tokens`` is their sum, as OpenAI defines it.
+No tokenizer vocabulary can be fetched at run time (the one wheel bundling ``o200k_base`` is
+42 MB), so ``input_tokens`` is UTF-8 bytes ÷ 4 rounded up (OpenAI's rule of thumb: 1.5 % off
+in total on 113 texts), ``output_tokens`` 20 per second of audio (OpenAI's Realtime rate; a
+hit counts what a miss counts), ``total_tokens`` their sum. docs/operating/service.md,
+"Server-sent events".
 """
 
 from __future__ import annotations

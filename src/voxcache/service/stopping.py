@@ -1,13 +1,9 @@
 """When a server process is told to stop: say why, and stop waiting for the upstream.
 
-uvicorn turns SIGTERM and SIGINT into a graceful shutdown: it lets the requests in flight
-finish (for up to ``--graceful-timeout``), then runs the app's shutdown, which waits for
-the miss threads. It logs neither signal, and a miss waiting on an upstream that trickles
-or hangs kept the process up for as long as the upstream cared to. So one hook is put in
-front of the server's own handlers (which still run): it records the signal, for the log
-lines that say why the node went away, and gives the engine's upstream calls ``grace``
-seconds (then they end: their callers get 503 with ``Retry-After``, nothing is stored);
-the app's shutdown then ends whatever is left at once (``stop_waiting_now``).
+uvicorn drains on SIGTERM/SIGINT but logs neither, and a miss waiting on a hung upstream
+kept the process up. One hook before the server's own handlers records the signal (for the
+log lines that say why the node went away) and gives upstream calls ``grace`` seconds (then
+503 with ``Retry-After``, nothing stored); the app's shutdown ends what is left at once.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Stored takes: ``GET /v1/audio/{key}`` (content-addressed, cacheable forever), list, delete.
 
-A key names immutable content, so the response is ``immutable`` with the key as
-its strong ETag. Every byte sent comes from a verified entry: the file is
-verified (every byte of it) when this process reads it, the verified entry sits
-in the memory tier, and whole bodies and Range slices are both cut from it —
-never re-read from the file, which could have changed since (``service.ranges``).
-A zero-copy front (nginx serving the cache folder, ``docs/operating/nginx.conf``) skips
-that verification and the tenant check; it is outside these promises.
-
-Another tenant's key is answered exactly like a key that does not exist (404),
-at the same cost (``Cache.get_owned``): its file is never read and the probe
-counts nothing for its owner.
+A key names immutable content: ``immutable`` with the key as strong ETag. Every byte sent is
+cut from the verified entry in memory (whole or Range), never re-read from the file
+(``service.ranges``). Another tenant's key is a 404 exactly like a missing one, at the same
+cost (``Cache.get_owned``). A zero-copy front (nginx on the folder) skips the verification and
+the tenant check: outside these promises. docs/operating/service.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """What the service derives from uploaded voices: speaker embeddings, comparisons, purges.
 
-A voice's speaker embedding (resemblyzer, ``stages.embeddings``) is derived once,
-when the voice is uploaded, and kept in the stage cache by the clip's content: the
-same clip uploaded again (re-encoded, renamed) is a hit, and a private voice, whose
-clip is never written, keeps its embedding all the same. A cold encoder takes
-seconds (torch, the weights, librosa's kernels), so it runs in a miss thread and
-holds a render slot while it encodes (``Admission``): it competes with renders for
-the CPU, never with hits, and never on the event loop. One encoder is loaded per
-process, on the first miss; a process that only serves hits never loads torch.
-
-Purge by voice (``purge_voice``) removes everything derived from a tenant's clip:
-takes rendered with it and their encoded deliveries (the index records the first
-16 digits of the clip's fingerprint as their voice), and the stage artifacts
-(embeddings, prompts, token takes, which name the clip's *voice anchor* as their
-parent, and memory-only sessions). Every delete goes through ``Cache.delete``, so
-the other processes sharing the folder drop their memory copies too.
+An uploaded clip's speaker embedding is derived once and kept in the stage cache by the
+clip's content (a re-encoded or renamed clip is a hit; a private voice keeps its embedding).
+The encoder loads once per process, on the first miss, and runs in a miss thread holding a
+render slot, never on the loop. ``purge_voice`` removes everything derived from a tenant's
+clip — takes, encodings, embeddings, prompts, token takes, sessions — through
+``Cache.delete``. docs/operating/service.md, "Voices".
 """
 
 from __future__ import annotations

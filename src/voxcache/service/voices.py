@@ -1,21 +1,10 @@
 """Uploaded voices: a reference clip and its prompt text, or a tensor, stored once per tenant.
 
-A voice id is derived from what the clip *sounds like* (the decoded-PCM
-fingerprint) and its prompt text, so the same clip uploaded twice — re-encoded,
-renamed — is one voice, and two tenants uploading one clip get the same id in
-separate folders (``<cache>/voices/<tenant>/<id>/``): an id is useless outside
-its tenant. In privacy mode the raw clip is never written: the voice keeps its
-fingerprint and metadata, so takes already rendered with it stay servable, but
-new sentences need the clip uploaded again.
-
-What the service derives from a voice (its speaker embedding, ``voice_artifacts``)
-lives in the cache, keyed by the clip's content; ``voice.json`` records the
-embedding's key so a lookup needs no clip, which a private voice does not have.
-
-A tensor voice (a style vector, an embedding: one array in a safetensors file, for
-engines that take them) is keyed by its content the same way — dtype, shape and bytes
-— and is also stored in the cache's tiers as a ``voice`` entry under a key made of its
-tenant and id, so every worker and every node sharing the tiers finds it by id.
+A voice id comes from what the clip sounds like (decoded-PCM fingerprint) and its prompt
+text, stored under ``<cache>/voices/<tenant>/<id>/`` (an id is useless outside its tenant);
+in privacy mode the clip is never written. A tensor voice is keyed by its dtype, shape and
+bytes and also stored as a ``voice`` entry in the tiers, so every worker and node finds it
+by id. docs/operating/service.md, "Voices".
 """
 
 from __future__ import annotations

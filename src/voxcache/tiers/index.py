@@ -1,13 +1,10 @@
 """SQLite index of the disk tier: sizes, eviction scores, pins, persisted counters.
 
-The index is only an accelerator. Reads never consult it (a hit goes straight
-from key to file), so it can lag behind, be deleted, or be rebuilt from the
-files at any time — but never be silently short (``index_db``, ``repair``).
-WAL mode lets one writer and many readers work across processes; totals are kept by
-triggers so every process sees the same figures. Asks are written in batches
-(``record_access``), never on each read. The eviction policy (``tiers.eviction``) keeps
-its state here too: each entry's ``score`` and ``cost``, the ``ghosts`` of recently
-evicted keys, and the eviction ``clock``.
+Only an accelerator: reads never consult it, so it may lag, be deleted or be rebuilt from
+the files — but never be silently short (``index_db``, ``repair``). WAL lets one writer and
+many readers share it; totals are kept by triggers; asks are written in batches
+(``record_access``). The eviction policy keeps its state here (``score``, ``cost``,
+``ghosts``, ``clock``).
 """
 
 from __future__ import annotations

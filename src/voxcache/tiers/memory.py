@@ -1,15 +1,10 @@
 """In-process tier: verified entries held in memory, bounded in bytes per kind.
 
-Entries enter this tier only after they were verified (read from disk) or
-built by us (fresh renders), and Python ``bytes`` cannot change afterwards, so
-a memory hit needs no second checksum pass — that is what keeps it in the
-microseconds. Each artifact kind has its own byte budget so that, say, a burst
-of large encoded variants cannot push out the canonical PCM; pinned entries are
-the last to go; an entry's derived entries (its encoded deliveries) go with it.
-
-The tier is private to a process, so a delete made elsewhere (another worker,
-the CLI) arrives later, through ``tiers.invalidation``; ``TierStack`` makes sure a
-lower-tier read that raced a delete is not promoted back in.
+Entries enter only verified (read from disk) or built here, and ``bytes`` cannot change, so
+a memory hit needs no second checksum. Each kind has its own byte budget (encodings cannot
+push out PCM); pinned entries go last; derived entries go with their parent. Deletes made
+elsewhere arrive through ``tiers.invalidation``; ``TierStack`` never promotes a read that
+raced a delete.
 """
 
 from __future__ import annotations

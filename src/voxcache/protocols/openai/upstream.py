@@ -1,20 +1,11 @@
 """Any OpenAI-compatible speech server (``POST /v1/audio/speech``) as an upstream.
 
-The gateway always asks for ``response_format: "wav"`` — lossless, and the
-header carries the sample rate, which ``pcm`` leaves to guesswork (OpenAI says
-24 kHz; openedai-speech sends 22.05 kHz for Piper voices). Delivery formats are
-derived from the cached PCM afterwards. ``model`` is part of the revision,
-because compatible servers map model names to whatever engine they like.
-Voices: the server's own list from ``GET /v1/audio/voices`` when it has one
-(Kokoro-FastAPI, openedai-speech), else OpenAI's built-in names, else the
-operator's ``voices``. ``instructions`` only reaches models that take it;
-whether the upstream's model does is the operator's call (``instructions=True``),
-since a server that ignores the field would make the key lie.
-
-The upstream refusing the request itself (400, 404, 413, 422: a text over its length
-limit, a voice it does not have) is the caller's to fix, so it is a refusal here too
-(``InvalidParameter``, the upstream's reason without its URL), not a 502 a client
-would retry; the upstream refusing voxcache's API key (401, 403) or failing stays a 502.
+The gateway always asks for ``wav`` (lossless, and the header carries the rate, which
+``pcm`` leaves to guesswork); ``model`` is in the revision (compatible servers map names as
+they like); voices come from ``GET /v1/audio/voices``, else OpenAI's names, else the
+operator's; ``instructions`` only where the operator says the model takes it. The upstream
+refusing the request itself (400/404/413/422) is a refusal here too (``InvalidParameter``);
+refusing voxcache's key or failing is a 502. docs/operating/gateway.md, "OpenAI-compatible servers".
 """
 
 from __future__ import annotations
