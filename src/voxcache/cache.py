@@ -105,6 +105,8 @@ class Cache:
                                on_adopt=self._announce_adoption)
         self.limits = Limits(self.config.disk_max_bytes, self.config.disk_max_entries)
         self.invalidations = InvalidationLog(self.root, self._apply_invalidation)
+        self._publisher = publisher
+        """Set before ``nodes``: the bus may apply news while ``Nodes`` is still starting."""
         self.nodes = Nodes(publisher, self.tiers, self.root, apply=self._apply_remote,
                            count=self.count, faults=self.folder.faults)
         self.leases: Leases | None = self.nodes.leases
@@ -276,7 +278,8 @@ class Cache:
             targets = [(key, news.kind or "audio"), *self.folder.children(key)]
             self._remember_purged(targets, time.time())
             for target, kind in targets:
-                self.nodes.discard(target)  # a queued write here must not bring it back
+                if self._publisher is not None:  # a queued write must not bring it back
+                    self._publisher.discard(target)
                 self.tiers.forget(target)
                 self.tiers.call(self.folder, "delete", partial(
                                 self.folder.delete, target, kind), False)
