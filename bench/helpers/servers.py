@@ -7,10 +7,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -159,23 +157,3 @@ def bare_asgi(path: Path, workers: int, log: Path, cpus: set[int] | None = None
         stop(proc)
 
 
-@contextlib.contextmanager
-def in_thread(app: Any) -> Iterator[str]:
-    """Run an ASGI ``app`` on uvicorn in a thread of this process, on a loopback socket bound
-    before it starts (no free-port race); yield its base URL. No lifespan: the caller owns
-    what the app holds (it closes the cache itself)."""
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()

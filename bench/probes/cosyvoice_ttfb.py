@@ -30,10 +30,10 @@ from voxcache import Cache, CachedEngine
 from voxcache.config import Settings
 from voxcache.service import create_app
 from voxcache.service.options import ServiceOptions
+from voxcache.testing.servers import serve_in_thread
 from voxcache.upstream import load_upstream
 
 from ..helpers.core import Stats
-from ..helpers.servers import in_thread
 
 RATE = 24000
 CHUNK_SECONDS = 0.25
@@ -82,13 +82,13 @@ def main() -> None:
     rows: dict[str, list[tuple[float, float]]] = {"direct": [], "gateway miss": [],
                                                    "gateway hit": []}
     with tempfile.TemporaryDirectory() as folder, \
-            in_thread(standin(args.first, args.gap, args.chunks)) as upstream:
+            serve_in_thread(standin(args.first, args.gap, args.chunks)) as upstream:
         settings = Settings(cache_dir=Path(folder) / "cache")
         cache = Cache(settings.cache_dir, settings.cache_config())
         engine = load_upstream(f"cosyvoice={upstream}", revision="bench")
         app = create_app(settings, options=ServiceOptions(access_log=False),
                          cached=CachedEngine(engine, cache))
-        with in_thread(app) as gateway, httpx.Client(timeout=60) as client:
+        with serve_in_thread(app) as gateway, httpx.Client(timeout=60) as client:
             for number in range(args.requests + 2):  # the first two warm the connections up
                 text = f"Announcement number {number}."
                 direct = first_byte(client, upstream, text)

@@ -41,9 +41,9 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from voxcache.config import Settings
 from voxcache.service import create_app
 from voxcache.service.options import ServiceOptions
+from voxcache.testing.servers import serve_in_thread
 
 from ..helpers.core import Stats
-from ..helpers.servers import in_thread
 
 WARMUP = 2
 CHUNK_SECONDS = 0.5
@@ -99,7 +99,7 @@ def gateway(upstream: str, kind: str, folder: Path) -> Iterator[str]:
                         upstream_revision="bench", reference_roots=[folder / "refs"])
     app = create_app(settings, options=ServiceOptions(access_log=False))
     try:
-        with in_thread(app) as address:
+        with serve_in_thread(app) as address:
             yield address
     finally:
         app.state.server.cache.close()
@@ -161,7 +161,7 @@ def main() -> None:
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory() as name, \
-            in_thread(upstream_app(args.interval, args.chunks)) as upstream:
+            serve_in_thread(upstream_app(args.interval, args.chunks)) as upstream:
         folder = Path(name)
         (folder / "refs").mkdir()
         clip = folder / "refs" / "ref.wav"

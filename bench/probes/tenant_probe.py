@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from ..helpers.servers import in_thread
+from voxcache.testing.servers import serve_in_thread
 
 KEYS = {"key-of-tenant-a": "acme", "key-of-tenant-b": "globex"}
 
@@ -46,7 +46,7 @@ def run(probes: int = 2000) -> dict[str, object]:
         settings = Settings(cache_dir=Path(folder) / "cache", engine="tone")
         cached = CachedEngine(ToneEngine(), Cache(settings.cache_dir))
         app = create_app(settings, options=ServiceOptions(api_keys=KEYS), cached=cached)
-        with in_thread(app) as url, httpx.Client(base_url=url) as client:
+        with serve_in_thread(app) as url, httpx.Client(base_url=url) as client:
             a = {"Authorization": "Bearer key-of-tenant-a"}
             b = {"Authorization": "Bearer key-of-tenant-b"}
             keys = [client.post("/v1/audio/speech", headers=a, json={

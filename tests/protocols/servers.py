@@ -12,16 +12,14 @@ import re
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import uvicorn
 
-from voxcache.testing.servers import free_port  # re-exported for the tests here
+from voxcache.testing.servers import free_port, serve_in_thread  # re-exported for the tests here
 
 STARTUP_LIMIT = 60.0
 
@@ -43,21 +41,10 @@ def wait_until(predicate, limit: float = STARTUP_LIMIT, what: str = "condition")
         time.sleep(0.02)
 
 
-@contextlib.contextmanager
-def serve_app(app, sock: socket.socket | None = None) -> Iterator[str]:
-    """Run an ASGI app on uvicorn in a thread; yield its base URL."""
-    sock = sock or free_socket()
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    wait_until(lambda: server.started, what="uvicorn to start")
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+def serve_app(app: object, sock: socket.socket | None = None
+              ) -> contextlib.AbstractContextManager[str]:
+    """Run an ASGI app on uvicorn in a thread; its base URL (``serve_in_thread``)."""
+    return serve_in_thread(app, sock or free_socket())
 
 
 @dataclass

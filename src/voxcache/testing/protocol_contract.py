@@ -10,10 +10,7 @@ bad input is a 4xx that reaches nothing; a cut link is a 5xx that stores nothing
 
 from __future__ import annotations
 
-import contextlib
 import io
-import socket
-import threading
 import time
 import wave
 from collections.abc import Callable, Iterator
@@ -26,7 +23,7 @@ import pytest
 
 from ..config import Settings
 from .proxies import TcpProxy
-from .servers import free_port
+from .servers import serve_in_thread
 
 
 @dataclass(frozen=True)
@@ -79,30 +76,6 @@ def pcm_of(body: bytes, answer: str) -> bytes:
     return body[offset:]
 
 
-@contextlib.contextmanager
-def serve(app: Any) -> Iterator[str]:
-    """Run an ASGI app on uvicorn in a thread (lifespan on, as ``voxcache serve`` runs it);
-    yield its base URL."""
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", free_port()))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the service did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
-
-
 @dataclass
 class Gateway:
     """The service in front of the stand-in, and the link between them."""
@@ -148,8 +121,8 @@ class ProtocolContract:
             config = Settings(cache_dir=tmp_path / "protocol-cache",
                               upstream=f"{self.kind}={link.endpoint}", upstream_timeout=30.0,
                               upstream_options=options, **settings)
-            with serve(create_app(config)) as url, httpx.Client(base_url=url,
-                                                                 timeout=60) as client:
+            with serve_in_thread(create_app(config), lifespan="on") as url, \
+                    httpx.Client(base_url=url, timeout=60) as client:
                 yield Gateway(client, link, config.cache_dir)
 
     def test_a_route_answers_exactly_the_servers_audio(

@@ -19,12 +19,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
@@ -377,3 +378,31 @@ def _answers_ready(proc: subprocess.Popen[str], url: str) -> bool:
             return bool(answer.status == 200)
     except (urllib.error.URLError, OSError):
         return False
+
+
+@contextlib.contextmanager
+def serve_in_thread(app: Any, sock: socket.socket | None = None, *,
+                    lifespan: Literal["on", "off"] = "off") -> Iterator[str]:
+    """Run an ASGI ``app`` on uvicorn in a thread of this process, on a loopback socket bound
+    before it starts (no free-port race); yield its base URL. ``lifespan="on"`` runs the
+    app's startup and shutdown as ``voxcache serve`` does; off, the caller owns what the app
+    holds."""
+    import uvicorn
+
+    if sock is None:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan=lifespan))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + START_TIMEOUT
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the app did not start serving")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
