@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .trials import Summary
+from .trials import Summary, per_call
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,13 +49,7 @@ def sample(fn: Callable[[], Any], repeats: int, warmup: int = 3) -> Stats:
     """Time ``fn`` call by call; each sample is one call, so the p99 is a real tail."""
     for _ in range(warmup):
         fn()
-    clock = time.perf_counter
-    samples = []
-    for _ in range(repeats):
-        started = clock()
-        fn()
-        samples.append(clock() - started)
-    return Stats.of(samples)
+    return Stats.of(per_call(fn, repeats))
 
 
 def ratio(value: float, baseline: float) -> float:

@@ -108,19 +108,20 @@ def interleave(subject: Callable[[], float], baseline: Callable[[], float], coun
     return Summary.of(figures["subject"], figures["baseline"], before, load())
 
 
+def per_call(call: Callable[[], object], n: int) -> list[float]:
+    """Time ``n`` calls one by one (seconds each): the one timing loop of the benchmarks."""
+    clock = time.perf_counter
+    samples = []
+    for _ in range(n):
+        started = clock()
+        call()
+        samples.append(clock() - started)
+    return samples
+
+
 def batch_median(call: Callable[[], object], n: int) -> Callable[[], float]:
     """A trial that times ``n`` calls one by one and returns their median (seconds)."""
-
-    def trial() -> float:
-        clock = time.perf_counter
-        samples = []
-        for _ in range(n):
-            started = clock()
-            call()
-            samples.append(clock() - started)
-        return statistics.median(samples)
-
-    return trial
+    return lambda: statistics.median(per_call(call, n))
 
 
 def batch_cpu(call: Callable[[], object], n: int) -> Callable[[], float]:
