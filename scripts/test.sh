@@ -10,13 +10,17 @@ VOXCACHE_EXTRAS=all,test bash scripts/setup.sh sox:sox ffmpeg:ffmpeg chromium:ch
 .venv/bin/lint-imports  # the layers and no import circles ([tool.importlinter] in pyproject.toml)
 .venv/bin/python -m mypy  # the annotations, strict ([tool.mypy] in pyproject.toml)
 # Test files run in parallel, one file per worker at a time (--dist loadfile keeps a file's
-# module fixtures, such as its servers, in one process): on 2 cores two workers take ~0.6x the
-# time of one. (A three-node test once served two takes of one key under that load: leases that
-# time out fail open, and duplicate takes did not converge. Publication now makes them converge;
-# tests/tiers/cluster/test_one_take.py holds it under loaded CPUs and a slow Redis.)
+# module fixtures, such as its servers, in one process), one worker more than the cores: a
+# third of a worker's time is spent waiting (servers starting, restarts, fault windows), and
+# on 2 cores three workers took 541 s where two took 666 s. Files with slow tests are handed
+# out first (tests/conftest.py orders them; xdist's reordering by test count is off), so no
+# long file is left to run alone at the end. (A three-node test once served two takes of one
+# key under load: leases that time out fail open, and duplicate takes did not converge.
+# Publication now makes them converge; tests/tiers/cluster/test_one_take.py holds it under
+# loaded CPUs and a slow Redis.)
 parallel=()
 if [ "$(nproc)" -ge 2 ]; then
-    parallel=(-n "$(( $(nproc) < 4 ? $(nproc) : 4 ))" --dist loadfile)
+    parallel=(-n "$(( $(nproc) < 4 ? $(nproc) + 1 : 4 ))" --dist loadfile --no-loadscope-reorder)
 fi
 # The suite starts hundreds of `voxcache` processes (serve nodes, CLI runs); where
 # PYTHONDONTWRITEBYTECODE is set (it is on the hosts the suite was timed on) no run writes the

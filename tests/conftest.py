@@ -102,3 +102,22 @@ def _remount(target: Path, mode: str) -> None:
 def remount() -> Callable[[Path, str], None]:
     """Remount a test tmpfs ``ro`` or ``rw`` (a folder that turns read-only under us)."""
     return _remount
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files holding ``slow`` tests first, fewest tests first (a few long tests each: the
+    bench smoke, the cluster failures); then the rest by test count, most first.
+
+    ``--dist loadfile`` hands out whole files in collection order (scripts/test.sh turns
+    off xdist's own reordering by test count, which queued the four-test cluster failure file,
+    140 s, last and left one worker running it alone). Starting the long files first lets
+    the short ones fill in around them."""
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def weight(group: list[pytest.Item]) -> tuple[bool, int]:
+        slow = any(item.get_closest_marker("slow") for item in group)
+        return (not slow, len(group) if slow else -len(group))
+
+    items[:] = [item for group in sorted(files.values(), key=weight) for item in group]

@@ -100,7 +100,7 @@ def measure(ctx: Context, name: str, url: str, script: Path | None = None) -> li
     ratios are interleaved trials, below)."""
     seconds = ctx.pick(1, 3)
     rows = []
-    for c in CONNECTIONS:
+    for c in ctx.pick(QUICK_CONNECTIONS, CONNECTIONS):
         r = wrk(url, c, seconds, script)
         rows.append({"server": name, "connections": c, "requests/s": r["rps"],
                      "median_ms": r["p50"] * 1e3, "p99_ms": r["p99"] * 1e3,
@@ -119,6 +119,10 @@ RATIOS = (("HTTP hit throughput ÷ nginx (GET, 64 conn)", GET, NGINX, 64),
           ("POST hit ÷ bare ASGI app answering the same POST (8 conn)", POST, BARE_POST, 8),
           ("POST hit ÷ bare ASGI app answering the same POST (64 conn)", POST, BARE_POST, 64))
 """The headline ratios: (name, subject, baseline, connections), subject ÷ baseline req/s."""
+QUICK_CONNECTIONS = (8, 64)
+QUICK_RATIOS = (RATIOS[0], RATIOS[3])
+"""CI's smoke (``--quick``) runs every server and path, with fewer wrk runs: the table at
+8 and 64 connections and one GET and one POST ratio (a full run takes 52 s of its 100 s)."""
 
 
 def run(ctx: Context) -> None:
@@ -163,7 +167,7 @@ def run(ctx: Context) -> None:
         headline(ctx, subjects)
     servers_seen = list(dict.fromkeys(r["server"] for r in rows))
     ctx.plot("throughput", plots.grouped_bars(
-        [f"{c} conn" for c in CONNECTIONS],
+        [f"{c} conn" for c in dict.fromkeys(r["connections"] for r in rows)],
         {s: [r["requests/s"] for r in rows if r["server"] == s] for s in servers_seen},
         "requests/s (log)", "HTTP hit throughput, ~500 KB clip"))
 
@@ -199,7 +203,7 @@ def headline(ctx: Context, subjects: dict[str, tuple[str, Path | None]]) -> None
     seconds = ctx.pick(1, 5)
     pids = {name: proc_cpu.holders(int(url.split(":")[2].split("/")[0]))
             for name, (url, _) in subjects.items()}
-    for name, subject, baseline, connections in RATIOS:
+    for name, subject, baseline, connections in ctx.pick(QUICK_RATIOS, RATIOS):
         if subject not in subjects or baseline not in subjects:
             continue
         runs: dict[str, list[dict[str, float]]] = {subject: [], baseline: []}
