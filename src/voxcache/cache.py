@@ -26,6 +26,7 @@ from .tiers import purged
 from .tiers.base import Tier, TierStack
 from .tiers.bus import News
 from .tiers.factory import close_all, tiers_from_urls
+from .tiers.index import Index
 from .tiers.invalidation import InvalidationLog
 from .tiers.leases import Leases
 from .tiers.lifecycle import Limits, enforce
@@ -113,7 +114,7 @@ class Cache:
         """The render leases across nodes (None without a Redis tier)."""
 
     @property
-    def index(self) -> Any:
+    def index(self) -> Index:
         """The cache folder's index (``tiers.index.Index``): entries, counters, ledgers."""
         return self.folder.index
 

@@ -35,7 +35,8 @@ from ..tiers.index import REQUEST_WAIT
 from ..vocabulary import TierName
 from .history import History, HistoryUnavailable, Sample, sample
 
-disable_created_metrics()  # the _created series double every scrape for no use here
+# the _created series double every scrape for no use here
+disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves it bare
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
                    10, 30)

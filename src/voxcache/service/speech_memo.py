@@ -110,11 +110,12 @@ async def answer(server: Any, memo: SpeechMemo, identity: Identity, send: Send,
     if known is not None and known.take != take:
         known = None  # built for an earlier take of this key: build it again
     if known is not None and known.prefix is not None:
-        parts: tuple[Any, ...] | None = (*known.prefix, entry.payload)
+        parts: tuple[Any, ...] = (*known.prefix, entry.payload)
     else:
-        parts = held_parts(server, entry, decision.fmt)
-        if parts is None:
+        held = held_parts(server, entry, decision.fmt)
+        if held is None:
             return False
+        parts = held
     result = cached.hit(decision.resolved, decision.key, near, started)
     if known is None:
         # The stored samples (a view of this entry's blob), not an encoding held apart:

@@ -198,8 +198,8 @@ async def _uploaded(request: Request, tenant: str, voice_id: str) -> Voice:
     if voice_id in request.app.state.server.cached.engine.voices:
         raise NotFound(f"{voice_id!r} is a built-in voice of the engine; only uploaded voices "
                        "have a speaker embedding")
-    voice = await request.app.state.server.admission.read(request.app.state.voices.get,
-                                                          tenant, voice_id)
+    voice: Voice = await request.app.state.server.admission.read(
+        request.app.state.voices.get, tenant, voice_id)
     if voice.kind == "tensor":
         raise InvalidParameter(f"{voice_id!r} is a tensor voice: it has no clip, so no "
                                "speaker embedding to derive or compare")

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from ..entry import Entry
 from .base import Tier
 from .faults import FaultLog
+from .index import Index
 
 
 class TierRole(StrEnum):
@@ -59,8 +60,8 @@ class FolderTier(Tier, Protocol):
     """The cache folder of this machine (the disk tier): the index and what it records."""
 
     root: Path
-    index: Any
-    """The folder's index (``tiers.index.Index``)."""
+    index: Index
+    """The folder's index."""
     faults: FaultLog
 
     def is_pinned(self, key: str) -> bool: ...

@@ -114,7 +114,7 @@ class CenterClient:
                                      "POST /v1/synthesize")
             # The samples are fetched by key next (verified); this body is not read.
             their_key = response.headers.get("x-cache-key", "")
-            status = response.headers.get("x-cache", "")
+            status: str = response.headers.get("x-cache", "")
         if their_key != key:
             raise KeyMismatch(key, their_key)
         return status

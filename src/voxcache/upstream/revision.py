@@ -96,12 +96,14 @@ class Switchboard:
     def _read(self) -> dict[str, Any]:
         try:
             state = json.loads(self.path.read_bytes())
+            if not isinstance(state, dict):
+                raise ValueError("the state must be a JSON object")
             in_force = state.get("in_force", {})
             if not isinstance(in_force, dict) or not all(
                     isinstance(k, str) and isinstance(v, str) for k, v in in_force.items()):
                 raise ValueError("in_force must map names to strings")
             return state
-        except (OSError, ValueError, AttributeError) as exc:
+        except (OSError, ValueError) as exc:
             log.error("upstream switch state %s is unreadable (%s): serving under a revision "
                       "no stored take has until a switch records the weights in force",
                       self.path, exc)

@@ -167,8 +167,9 @@ def _refusal(exc: VoxcacheError | TimeoutError) -> JSONResponse:
     body = json.loads(bytes(service.body))
     body["detail"] = body["error"]["message"]
     status = service.status_code
-    if isinstance(exc, UpstreamError) and 400 <= (exc.upstream_status or 0) < 500:
-        status = exc.upstream_status
+    upstream = exc.upstream_status if isinstance(exc, UpstreamError) else None
+    if upstream is not None and 400 <= upstream < 500:
+        status = upstream
         body["error"]["type"] = "invalid_request_error"
     headers = {k: v for k, v in service.headers.items()
                if k.lower() in ("retry-after", "www-authenticate")}

@@ -36,7 +36,8 @@ class PiperHttpEngine(UpstreamEngine):
         super().__init__(url, **options)
         info = self.client.get_json("/info")
         configs = self.client.get_json("/voices")
-        self.documents = {"info": {**info, "last": None}, "voices": configs}
+        self.documents: dict[str, dict[str, Any]] = {"info": {**info, "last": None},
+                                                     "voices": configs}
         """``/info`` and ``/voices`` as read at start: answered by the gateway's own Piper
         routes while the server is unreachable."""
         voice = info["voice"]

@@ -75,7 +75,8 @@ def engine_of(request: Request) -> Engine:
 def _cached(request: Request) -> CachedEngine:
     state = request.app.state
     server = getattr(state, "server", None)
-    cached = server.cached if server is not None else getattr(state, "cached", None)
+    cached: CachedEngine | None = (server.cached if server is not None
+                                   else getattr(state, "cached", None))
     if cached is None:
         raise RuntimeError("mount these routes on an app whose state has 'server' or 'cached'")
     return cached
