@@ -28,7 +28,7 @@ def test_nginx_serves_the_stored_take_byte_for_byte(tmp_path: Path) -> None:
     root = tmp_path / "cache"
     cache = Cache(root)
     cache.put(audio_entry(KEY, Audio(b"\x01\x02" * 5000, 22050), meta={"tenant": "default"}))
-    stored = cache.disk.path_of(KEY)
+    stored = cache.folder.path_of(KEY)
     cache.close()
     assert stored == root / "objects" / "ab" / "cd" / f"{KEY}.wav"
     with servers.nginx(root, tmp_path / "nginx") as base:

@@ -130,8 +130,8 @@ def replay(piper: object, folder: Path) -> None:
         for _ in range(3):
             for phrase in english:
                 cached.synthesize(SynthesisRequest(str(phrase["text"])))
-        cache.disk.flush()
-        texts = [row.text for row in cache.disk.index.rows("kind = 'audio'")]
+        cache.folder.flush()
+        texts = [row.text for row in cache.folder.index.rows("kind = 'audio'")]
         with_numbers = sum(1 for text in texts if numbers.match(text))
         print(f"replay, rule {name}: {len(texts)} stored keys, {with_numbers} with a digit or "
               f"a number in words = {with_numbers / max(1, len(texts)):.0%}")

@@ -104,7 +104,7 @@ def replay(texts: list[str], mode: str, root: Path) -> dict[str, Any]:
         baseline += sum(PER_SENTENCE + PER_CHAR * len(s)
                         for s in ToneEngine().split_sentences(text) or [text])
     spent = sum(seconds for _, seconds in engine.log)
-    cache.disk.flush()
+    cache.folder.flush()
     stored = cache.stats()["tiers"]["disk"]
     cache.close()
     return {"chars_from_cache_pct": round(100 * from_cache / chars, 1),

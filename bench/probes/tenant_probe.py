@@ -53,7 +53,7 @@ def run(probes: int = 2000) -> dict[str, object]:
                 "input": f"Acme notice number {i}.", "response_format": "wav"}
             ).headers["x-cache-key"] for i in range(40)]
             for key in keys[20:]:
-                cached.cache.memory.delete(key)  # half of them on disk only
+                cached.cache.in_process.delete(key)  # half of them on disk only
             kinds = {"foreign, in memory": keys[:20], "foreign, on disk": keys[20:],
                      "absent": [secrets.token_hex(32) for _ in range(40)]}
             times: dict[str, list[float]] = {name: [] for name in kinds}

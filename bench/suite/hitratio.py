@@ -143,7 +143,7 @@ def replay_real(ctx: Context, trace: Trace, entries: list[Entry], capacity: int,
     with contextlib.ExitStack() as stack:
         cache = Cache(ctx.scratch(f"real-{name}"), config)
         stack.callback(cache.close)
-        check = getattr(cache.disk, "startup_check", None)
+        check = getattr(cache.folder, "startup_check", None)
         if check is not None:
             check.join()
         for item in trace.items.tolist():

@@ -90,7 +90,7 @@ def prepare(ctx: Context) -> tuple[Path, bytes]:
     try:
         entry = entry_of_size(KEY, CLIP_BYTES, meta={"tenant": "default", "voice": "bench"})
         cache.put(entry)
-        return root, cache.disk.path_of(KEY).read_bytes()
+        return root, cache.folder.path_of(KEY).read_bytes()
     finally:
         cache.close()
 

@@ -58,7 +58,7 @@ def measure_size(ctx: Context, label: str, size: int) -> dict[str, Stats]:
         memory_cache.put(entry)
         assert cached.synthesize(request).tier == "memory"
         assert cached_disk.synthesize(request).tier == "disk"
-        path = disk_cache.disk.path_of(key)
+        path = disk_cache.folder.path_of(key)
         table = {key: entry}
 
         def plain_read() -> bytes:

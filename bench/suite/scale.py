@@ -78,7 +78,7 @@ def build(root: Path, n: int, rng: random.Random) -> float:
 def _wait_for_check(cache: Cache) -> float:
     """Wait for the background start-up check (if this version has one); return its seconds."""
     started = time.perf_counter()
-    check = getattr(cache.disk, "startup_check", None)
+    check = getattr(cache.folder, "startup_check", None)
     if check is not None:
         check.join()
     return time.perf_counter() - started
@@ -145,10 +145,10 @@ def _measure(ctx: Context, n: int, root: Path) -> dict[str, Any]:
         absent = iter([key_of(n + i) for i in range(repeats + 10)])
         miss = sample(lambda: cache.get(next(absent)), repeats)
         probe = iter([key_of(rng.randrange(n)) for _ in range(repeats + 10)])
-        row = sample(lambda: cache.disk.index.query(
+        row = sample(lambda: cache.folder.index.query(
             "SELECT size FROM entries WHERE key = ?", (next(probe),)), repeats)
         started = time.perf_counter()
-        evicted = enforce(root, cache.disk.index, Limits(max_entries=n - evict,
+        evicted = enforce(root, cache.folder.index, Limits(max_entries=n - evict,
                                                           low_watermark=1.0))
         gc_s = (time.perf_counter() - started) * (0.10 / share)
     plain_s = unlink_all(plain) * (0.10 / share)

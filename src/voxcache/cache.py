@@ -122,17 +122,6 @@ class Cache:
         """A fault worked around (``area``: what failed): counted, logged once per cause."""
         self.folder.faults.report(area, exc, message)
 
-    @property
-    def disk(self) -> Any:
-        """The folder tier under its shipped name, for tests and scripts; the code in
-        ``src/`` outside ``tiers/`` asks for ``folder`` (``tests/tiers/test_registry``)."""
-        return self.folder
-
-    @property
-    def memory(self) -> Any:
-        """The process tier under its shipped name (tests and scripts; see ``disk``)."""
-        return self.in_process
-
     def recall(self, key: str, kind: str = "audio") -> tuple[Entry, str] | None:
         """(entry, tier name) from the tier private to this process (no file read, no lock):
         the hot paths' first look."""

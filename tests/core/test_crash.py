@@ -40,7 +40,7 @@ def test_kill_9_never_leaves_a_servable_torn_entry(cache_dir):
                 entry = decode(path.read_bytes(), key)  # every published file verifies
                 assert bytes(entry.payload) == payload(int(key, 16))
     cache = Cache(cache_dir)
-    cache.disk.startup_check.join(60)
+    cache.folder.startup_check.join(60)
     leftover = [f for f in (cache_dir / "objects").rglob(f"{TEMP_PREFIX}*")]
     assert not leftover, "temp files of dead writers are swept at start"
     published = [p for p in (cache_dir / "objects").rglob("*.wav")]
@@ -49,6 +49,6 @@ def test_kill_9_never_leaves_a_servable_torn_entry(cache_dir):
         key = path.name[:64]
         found = cache.get(key)
         assert found is not None and bytes(found[0].payload) == payload(int(key, 16))
-    assert cache.disk.index.totals()[1] == len(published)  # index reconciled with files
+    assert cache.folder.index.totals()[1] == len(published)  # index reconciled with files
     cache.close()
     print(f"temp files left by kills and later swept: {temp_seen}")

@@ -27,7 +27,7 @@ def test_encoded_once_then_served_from_the_cache(cached_tone: CachedEngine, fmt:
     assert (counts["encoded_misses"], counts["encoded_hits"]) == (1, 1)
     samples, rate = soundfile.read(io.BytesIO(first))
     assert rate > 0 and len(samples) > 0
-    on_disk = cached_tone.cache.disk.get(encoded_key(result.key, fmt), "encoded")
+    on_disk = cached_tone.cache.folder.get(encoded_key(result.key, fmt), "encoded")
     assert on_disk is not None and on_disk.header.meta["parent"] == result.key
 
 
@@ -67,7 +67,7 @@ def test_an_encoding_cheap_to_derive_again_goes_before_a_take_that_cost_engine_s
             encoded(cached, r, "flac")
     assert cache.session_counts()["encoded_hits"] == 4
     cache.put(_filler(1), pinned=True)  # crosses the cap: two entries have to go
-    rows = cache.disk.index.rows()
+    rows = cache.folder.index.rows()
     assert sorted(row.kind for row in rows) == ["audio", "audio", "audio"]
     assert {r.key for r in results} <= {row.key for row in rows}
     cache.close()
@@ -83,7 +83,7 @@ def test_an_encoding_asked_all_day_outlives_takes_nobody_asks_for_again(tmp_path
         encoded(cached, results[0], "flac")
     cache.put(_filler(1), pinned=True)
     cache.put(_filler(2), pinned=True)  # crosses the cap: two entries have to go
-    rows = cache.disk.index.rows()
+    rows = cache.folder.index.rows()
     assert sorted(row.kind for row in rows) == ["audio", "audio", "encoded"]  # pins, encoding
     assert not {r.key for r in results} & {row.key for row in rows}
     cache.close()

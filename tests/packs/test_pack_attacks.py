@@ -52,7 +52,7 @@ def source(tmp_path: Path) -> Cache:
     cached = CachedEngine(ToneEngine(), cache)
     for text in TEXTS:
         cached.synthesize(SynthesisRequest(text))
-    cache.disk.flush()
+    cache.folder.flush()
     yield cache
     cache.close()
 
@@ -153,7 +153,7 @@ def test_swapped_entries_are_refused(tmp_path, signer):
         source.put(audio_entry(entry_key, pcm, meta={"tenant": "default", "text": text},
                                now=1_700_000_000.0))
         names.append(entry_key)
-    source.disk.flush()
+    source.folder.flush()
     entries = unpack(pack_of(source, key))
     source.close()
     assert len({len(blob) for _, blob in entries[2:]}) == 1
@@ -282,7 +282,7 @@ def test_a_killed_import_resumed_completes(tmp_path, signer):
     cached = CachedEngine(ToneEngine(), source)
     for i in range(40):
         cached.synthesize(SynthesisRequest(f"Announcement number {i}, platform {i % 7}."))
-    source.disk.flush()
+    source.folder.flush()
     data = pack_of(source, key)
     source.close()
     (tmp_path / "pack").write_bytes(data)

@@ -79,7 +79,7 @@ def real_pack(tmp_path: Path, key, count: int) -> bytes:
     cached = CachedEngine(ToneEngine(), source)
     for i in range(count):
         cached.synthesize(SynthesisRequest(f"Announcement number {i}, platform {i % 7}."))
-    source.disk.flush()
+    source.folder.flush()
     out = io.BytesIO()
     export_pack(source, out, Selection(), key)
     source.close()

@@ -31,7 +31,7 @@ def rendered(folder: Path) -> list[str]:
     try:
         cached = CachedEngine(ToneEngine(), cache)
         keys = [cached.synthesize(SynthesisRequest(text)).key for text in TEXTS]
-        cache.disk.flush()
+        cache.folder.flush()
     finally:
         cache.close()
     return keys
@@ -131,7 +131,7 @@ def test_purges_and_sequences_survive_an_index_rebuild(tmp_path, keys, how):
         cache = Cache(edge)
         try:
             damage_entries_table(edge / "index.sqlite3")
-            assert rebuild_damaged(edge, cache.disk.index) is not None
+            assert rebuild_damaged(edge, cache.folder.index) is not None
         finally:
             cache.close()
     if how != "gc --rebuild-index":

@@ -24,8 +24,8 @@ class CountingTone(ToneEngine):
 
 
 def entries(cache: Cache) -> int:
-    cache.disk.flush()
-    return cache.disk.index.totals()[1]
+    cache.folder.flush()
+    return cache.folder.index.totals()[1]
 
 
 def test_variants_piper_default_noise(piper, cache: Cache) -> None:

@@ -156,7 +156,7 @@ def wav_clip(seconds: float, rate: int, channels: int = 1, subtype: str = "PCM_1
 
 def stored(cache: Cache, key: str) -> bool:
     """Whether any tier of ``cache`` holds ``key``."""
-    return cache.memory.get(key) is not None or cache.read_disk(key) is not None
+    return cache.in_process.get(key) is not None or cache.read_disk(key) is not None
 
 
 @pytest.fixture(scope="module")

@@ -43,7 +43,7 @@ def test_two_gateways_that_both_rendered_serve_the_first_published_take(
         thread.join(120)
     try:
         renders = piper_upstream.syntheses() - before
-        stored = patient.cache.disk.get(results["patient"].key)
+        stored = patient.cache.folder.get(results["patient"].key)
         assert stored is not None
         served = [cached.synthesize(request) for cached in (patient, hasty, patient, hasty)]
         assert [r.tier for r in served] == ["memory"] * 4
@@ -90,7 +90,7 @@ def test_a_burst_on_one_gateway_hears_one_take_rendered_once(piper_upstream,
     for thread in threads:
         thread.join(120)
     try:
-        stored = cached.cache.disk.get(cached.key_of(cached.resolve(request)))
+        stored = cached.cache.folder.get(cached.key_of(cached.resolve(request)))
         assert stored is not None and len(heard) == 12
         assert {pcm for pcm in heard} == {stored.audio().pcm}
         piper_upstream.wait_for_syntheses(before + 1)

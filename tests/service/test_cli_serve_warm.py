@@ -45,7 +45,7 @@ def test_warm_renders_missing_pins_and_reports_failures(tmp_path) -> None:
     assert (summary["rendered"], summary["cached"], summary["pinned"]) == (0, 2, 2)
     cache = Cache(cache_dir)
     try:
-        assert len(cache.disk.index.rows("pinned = 1")) == 2
+        assert len(cache.folder.index.rows("pinned = 1")) == 2
     finally:
         cache.close()
 
@@ -97,7 +97,7 @@ def test_sigterm_lets_an_in_flight_render_finish_and_be_stored(tmp_path, serve_p
     assert result["r"].status_code == 200 and result["r"].headers["x-cache"] == "MISS"
     cache = Cache(cache_dir)
     try:
-        assert cache.disk.get(result["r"].headers["x-cache-key"]) is not None
+        assert cache.folder.get(result["r"].headers["x-cache-key"]) is not None
     finally:
         cache.close()
 

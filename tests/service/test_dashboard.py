@@ -163,10 +163,10 @@ def test_dashboard_draws_a_mix_of_hits_and_misses_and_warms_a_missed_phrase(
                 stats = httpx.get(f"{url}/v1/stats").json()["counters"]
                 assert stats["syntheses"] == renders_before + 1  # the warm's render, no other
 
-                assert not cached.cache.disk.is_pinned(key)
+                assert not cached.cache.folder.is_pinned(key)
                 row.locator("button.pin").click()
                 expect(row.locator("small.status")).to_have_text("pinned")
-                assert cached.cache.disk.is_pinned(key)
+                assert cached.cache.folder.is_pinned(key)
 
                 page.reload()
                 page.wait_for_function("() => document.body.dataset.refreshed")

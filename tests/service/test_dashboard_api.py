@@ -67,7 +67,7 @@ def test_keys_decide_whose_figures_the_dashboard_shows(make_app) -> None:
         assert [r["text"] for r in doc["top_hits"]] == ["Acme only phrase."]
         assert doc["top_misses"][0]["can_warm"] is True
         assert doc["usage"] == {"asked": 2, "missed": 1, "hit_rate": 0.5}
-        owned = cached.cache.disk.index.query(
+        owned = cached.cache.folder.index.query(
             "SELECT COUNT(*), SUM(size) FROM entries WHERE tenant = 'acme'")[0]
         assert (doc["storage"]["entries"], doc["storage"]["bytes"]) == owned
 

@@ -158,7 +158,7 @@ def test_memory_hits_of_stored_entries_take_the_fast_path_with_the_same_answer(m
     a, b = {"Authorization": "Bearer key-a"}, {"X-API-Key": "key-b"}
     key = c.post("/v1/audio/speech", json={"input": "Fast path."}, headers=a).headers[
         "x-cache-key"]
-    cached.cache.memory.clear()
+    cached.cache.in_process.clear()
     routed = c.get(f"/v1/audio/{key}", headers=a)  # a disk read: the full route
     fast = c.get(f"/v1/audio/{key}", headers=a)  # now in memory: the fast path
     assert (routed.headers["x-cache-tier"], fast.headers["x-cache-tier"]) == ("disk", "memory")

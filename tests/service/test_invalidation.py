@@ -74,7 +74,7 @@ key = "ab" * 32
 cache.put(audio_entry(key, Audio(b"\\1\\0" * 800, 16000)))
 print("stored", flush=True)
 for line in sys.stdin:
-    print(key in cache.memory._pinned, cache.memory.peek(key) is not None, flush=True)
+    print(key in cache.in_process._pinned, cache.in_process.peek(key) is not None, flush=True)
 """
 
 

@@ -233,7 +233,7 @@ def test_every_path_serves_the_one_stored_take(
         answers = _burst([on, off], request_, each=3)
         key = on.key_of(on.resolve(request_))
         _published(node, key)
-        stored = node.disk.get(key)
+        stored = node.folder.get(key)
         assert stored is not None
         take = stored.audio().pcm
         assert [a == take for a in answers] == [True] * len(answers), "a burst caller heard " \
@@ -332,7 +332,7 @@ def test_a_miss_is_the_same_take_whichever_path_made_it(
                             "input": TEXT, "params": params, "response_format": "wav",
                             "stream_format": "sse"}).content)
             _landed(cached)
-            stored = cache.disk.get(cached.key_of(cached.resolve(request_)))
+            stored = cache.folder.get(cached.key_of(cached.resolve(request_)))
             if path != "bypass":
                 assert stored is not None and stored.audio().pcm == made[path], (
                     f"{path}: the answer is not the take it stored")

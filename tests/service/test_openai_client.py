@@ -109,13 +109,13 @@ def test_encoded_delivery_is_stored_once_on_disk_beside_its_pcm(tone_server) -> 
     c = client(live.url)
     first = c.audio.speech.create(model="tts-1", voice="alloy", input="Mind the gap.",
                                   response_format="mp3").content
-    cached.cache.memory.clear()  # the second mp3 must come from the disk tier
+    cached.cache.in_process.clear()  # the second mp3 must come from the disk tier
     second = c.audio.speech.create(model="tts-1", voice="alloy", input="Mind the gap.",
                                    response_format="mp3").content
     assert first == second
     counts = cached.cache.session_counts()
     assert counts.get("encoded_misses") == 1 and counts.get("encoded_hits") == 1
-    disk = cached.cache.disk
+    disk = cached.cache.folder
     stored = sorted(kind for (kind,) in disk.index.query("SELECT kind FROM entries"))
     assert stored == ["audio", "encoded"]  # the PCM take and its mp3 encoding, once each
     key = next(k for (k,) in disk.index.query("SELECT key FROM entries WHERE kind='encoded'"))

@@ -120,16 +120,16 @@ def test_the_24_khz_delivery_is_cached_on_disk_and_a_corrupt_copy_is_never_sent(
     with httpx.Client(base_url=live.url, timeout=30) as c:
         first = c.post("/v1/audio/speech", json=body).content  # a miss, streamed
         assert c.post("/v1/audio/speech", json=body).content == first  # encoded once here
-        rows = cached.cache.disk.index.rows("kind = 'encoded'")
+        rows = cached.cache.folder.index.rows("kind = 'encoded'")
         assert len(rows) == 1  # the 24 kHz take, stored beside its PCM
-        cached.cache.memory.clear()
+        cached.cache.in_process.clear()
         second = c.post("/v1/audio/speech", json=body)
         assert second.headers["x-cache"] == "HIT" and second.content == first
         assert cached.cache.session_counts().get("encoded_hits") == 1
         blob = bytearray(stored_bytes(cached.cache, rows[0].key, "encoded") or b"")
         blob[-100] ^= 0xFF  # one flipped bit in the samples
         overwrite_stored(cached.cache, rows[0].key, "encoded", bytes(blob))
-        cached.cache.memory.clear()
+        cached.cache.in_process.clear()
         third = c.post("/v1/audio/speech", json=body)
     assert third.status_code == 200 and third.content == first  # re-encoded, not the bad copy
     assert len(cached.engine.calls) == 1
@@ -332,4 +332,4 @@ def test_a_take_already_at_24_khz_is_sent_as_stored(make_app) -> None:
     stored = c.get(f"/v1/audio/{hit.headers['x-cache-key']}").content
     assert miss.content == hit.content and stored.endswith(hit.content)
     assert "rate=24000" in hit.headers["content-type"]
-    assert cached.cache.disk.index.rows("kind = 'encoded'") == []
+    assert cached.cache.folder.index.rows("kind = 'encoded'") == []

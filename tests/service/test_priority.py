@@ -65,8 +65,8 @@ def test_warm_through_a_running_service_renders_once_and_pins(tmp_path, tone_ser
     assert (first["skipped_languages"], first["failed"]) == ({"tlh": 1}, [])
     assert (second["rendered"], second["cached"]) == (0, 2)
     assert sorted(cached.engine.calls) == ["Thank you for calling.", "Your order is ready."]
-    cached.cache.disk.flush()
-    assert [r.text for r in cached.cache.disk.index.rows("pinned = 1")] == [
+    cached.cache.folder.flush()
+    assert [r.text for r in cached.cache.folder.index.rows("pinned = 1")] == [
         "Your order is ready."]
 
 

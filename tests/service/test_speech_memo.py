@@ -104,7 +104,7 @@ def test_a_revision_that_moved_or_a_take_gone_from_memory_goes_to_the_route(
     client = TestClient(app)
     first = post(client)
     post(client)
-    cached.cache.memory.clear()
+    cached.cache.in_process.clear()
     again = post(client)
     assert again.headers["x-cache-tier"] == "disk"  # the route read it from disk
     cached.engine.model_revision = "tone-2"  # e.g. a GPT-SoVITS weight switch through a gateway
@@ -162,7 +162,7 @@ def test_another_take_under_the_same_key_is_never_answered_with_the_old_ones_hea
     first = post(client)
     assert post(client).content == first.content  # remembered, answered fast
     key = first.headers["x-cache-key"]
-    old = cached.cache.memory.get(key)
+    old = cached.cache.in_process.get(key)
     assert cached.cache.delete(key)
     longer = Audio(b"\x01\x00" * (old.header.length // 2 + 4410), old.header.sample_rate)
     assert cached.cache.put(audio_entry(key, longer, meta=dict(old.header.meta)))

@@ -95,13 +95,13 @@ def test_probing_another_tenants_key_reads_nothing_and_counts_nothing(make_app) 
         "input": f"Acme announcement {i}.", "response_format": "wav"}).headers["x-cache-key"]
         for i in range(3)]
     cache = cached.cache
-    cache.disk.flush()
-    memory_order = list(cache.memory._items["audio"])
-    hits_before = {r.key: r.hits for r in cache.disk.index.rows()}
+    cache.folder.flush()
+    memory_order = list(cache.in_process._items["audio"])
+    hits_before = {r.key: r.hits for r in cache.folder.index.rows()}
 
     victim = keys[0]  # in memory: the fast path's peek must not promote it
     on_disk = keys[1]
-    cache.memory.delete(on_disk)  # on disk only: the route must not read it
+    cache.in_process.delete(on_disk)  # on disk only: the route must not read it
     path = entry_path(cache.root, on_disk, "audio")
     stamp = path.stat().st_mtime
     os.utime(path, (1.0, stamp))  # atime far behind mtime: any read moves it (relatime)
@@ -114,9 +114,9 @@ def test_probing_another_tenants_key_reads_nothing_and_counts_nothing(make_app) 
         answers.append((probe.text.replace(key, "KEY"), sorted(probe.headers.items())))
     assert answers[0] == answers[1] == answers[2]  # "someone else's" reads as "absent"
     assert path.stat().st_atime == 1.0, "the other tenant's file was read"
-    assert list(cache.memory._items["audio"]) == [k for k in memory_order if k != on_disk]
-    cache.disk.flush()
-    assert {r.key: r.hits for r in cache.disk.index.rows()} == hits_before
+    assert list(cache.in_process._items["audio"]) == [k for k in memory_order if k != on_disk]
+    cache.folder.flush()
+    assert {r.key: r.hits for r in cache.folder.index.rows()} == hits_before
 
     # the owner still gets it, and that read is visible the way the probe's would have been
     assert client.get(f"/v1/audio/{on_disk}", headers=auth("A")).status_code == 200
@@ -131,7 +131,7 @@ def test_absent_and_foreign_keys_take_the_same_steps(make_app, monkeypatch) -> N
     foreign = client.post("/v1/audio/speech", headers=auth("A"), json={
         "input": "Only for acme.", "response_format": "wav"}).headers["x-cache-key"]
     steps: list[str] = []
-    disk = cached.cache.disk
+    disk = cached.cache.folder
     for name in ("owner", "get"):
         real = getattr(disk, name)
         monkeypatch.setattr(disk, name, lambda *a, _real=real, _name=name, **k: (
@@ -149,16 +149,16 @@ def test_delete_takes_the_encoded_deliveries_with_it(make_app) -> None:
     body = {"input": "Encoded then deleted.", "response_format": "mp3"}
     first = client.post("/v1/audio/speech", json=body)
     key = first.headers["x-cache-key"]
-    cached.cache.disk.flush()
-    encoded = [r for r in cached.cache.disk.index.rows("kind = 'encoded'")]
+    cached.cache.folder.flush()
+    encoded = [r for r in cached.cache.folder.index.rows("kind = 'encoded'")]
     assert len(encoded) == 1
     assert stored_bytes(cached.cache, encoded[0].key, "encoded") is not None  # file or inline
 
     assert client.delete(f"/v1/entries/{key}").status_code == 204
     assert stored_bytes(cached.cache, encoded[0].key, "encoded") is None
-    assert cached.cache.memory.get(encoded[0].key, "encoded") is None
-    cached.cache.disk.flush()
-    assert cached.cache.disk.index.rows() == []
+    assert cached.cache.in_process.get(encoded[0].key, "encoded") is None
+    cached.cache.folder.flush()
+    assert cached.cache.folder.index.rows() == []
     again = client.post("/v1/audio/speech", json=body)
     assert again.headers["x-cache"] == "MISS" and again.content == first.content
 
@@ -184,7 +184,7 @@ def test_everything_in_a_used_cache_folder_is_private(make_app, tmp_path) -> Non
         assert client.post("/v1/voices", files={"file": ("c.wav", clip.getvalue())},
                            data={"prompt_text": "hello"}).status_code in (200, 201)
         cached.usage.flush()
-        cached.cache.disk.flush()
+        cached.cache.folder.flush()
         cached.cache.delete("0" * 64)  # writes the invalidation log
         time.sleep(0.05)
     finally:
@@ -220,4 +220,4 @@ def test_a_pin_ttl_must_be_finite_and_positive(make_app, ttl) -> None:
                       ).headers["x-cache-key"]
     answer = client.put(f"/v1/entries/{key}/pin", params={"ttl": ttl})
     assert answer.status_code == 400, answer.text
-    assert not cached.cache.disk.is_pinned(key)
+    assert not cached.cache.folder.is_pinned(key)

@@ -175,7 +175,7 @@ def test_upload_derives_the_embedding_once_and_get_returns_it_as_safetensors(
         vector = tensors["embedding"]
         assert vector.shape == (256,) and vector.dtype == np.float32
         assert abs(float(np.linalg.norm(vector)) - 1.0) < 1e-3  # resemblyzer L2-normalises
-        stored = cached.cache.disk.get(status["key"], "embedding")
+        stored = cached.cache.folder.get(status["key"], "embedding")
         assert stored is not None and got.content == bytes(stored.blob)  # the stored entry
         assert httpx.get(f"{server.url}/v1/voices/{voice}/embedding",
                          headers={"If-None-Match": got.headers["etag"]}).status_code == 304
@@ -189,12 +189,12 @@ def test_upload_derives_the_embedding_once_and_get_returns_it_as_safetensors(
         assert again.headers["etag"] == got.headers["etag"]
         assert encoder_calls(app) == 2
         assert np.allclose(safetensors_numpy.load(again.content)["embedding"], vector, atol=1e-5)
-        path = cached.cache.disk.path_of(status["key"], "embedding")
+        path = cached.cache.folder.path_of(status["key"], "embedding")
         if path.exists():  # stored as its own file: a flipped byte there is refused too
             damaged = bytearray(path.read_bytes())
             damaged[-5] ^= 0x01
             path.write_bytes(bytes(damaged))
-            cached.cache.memory.clear()
+            cached.cache.in_process.clear()
             third = embedding(server.url, voice)
             assert third.status_code == 200 and third.content == again.content
             assert third.headers["x-voxcache-stage-cache"] == "MISS"
@@ -241,8 +241,8 @@ def test_another_tenants_voice_is_answered_exactly_like_an_absent_one(
         voice, key = a_voice.json()["id"], a_voice.json()["embedding"]
         b_voice = upload(server.url, clips[1], auth("B")).json()["id"]
         calls, counters = encoder_calls(app), stage_counters(cached)
-        cached.cache.disk.flush()
-        row_hits = cached.cache.disk.index.rows("key = ?", (key,))[0].hits
+        cached.cache.folder.flush()
+        row_hits = cached.cache.folder.index.rows("key = ?", (key,))[0].hits
 
         def probes() -> list[tuple[int, bytes, dict[str, str]]]:
             b = auth("B")
@@ -260,8 +260,8 @@ def test_another_tenants_voice_is_answered_exactly_like_an_absent_one(
         assert all(b"no voice" in body for _, body, _ in while_stored)
         # the probes did no work on A's embedding: no encode, no hit, no miss, no recency
         assert encoder_calls(app) == calls and stage_counters(cached) == counters
-        cached.cache.disk.flush()
-        assert cached.cache.disk.index.rows("key = ?", (key,))[0].hits == row_hits
+        cached.cache.folder.flush()
+        assert cached.cache.folder.index.rows("key = ?", (key,))[0].hits == row_hits
         # A's own requests work
         assert embedding(server.url, voice, auth("A")).status_code == 200
         mine = compare(server.url, voice, auth("A"), file=clips[1])
@@ -328,8 +328,8 @@ def test_a_private_upload_leaves_no_clip_bytes_in_the_cache_folder(
         probe = compare(server.url, voice, file=clips[1])  # a clip measured, never stored
         assert probe.status_code == 200 and probe.json()["same_speaker"] is True
         assert embedding(server.url, voice).status_code == 200
-        cached.cache.memory.clear()
-        assert cached.cache.disk.contains(private.json()["embedding"], "embedding")
+        cached.cache.in_process.clear()
+        assert cached.cache.folder.contains(private.json()["embedding"], "embedding")
         assert embedding(server.url, voice).status_code == 200  # what was derived is kept
     cached.cache.close()
     needles = clip_slices(clips[0]) + clip_slices(clips[1])
@@ -400,19 +400,19 @@ def test_purge_by_voice_removes_every_kind_everywhere(make_app, live, serve_proc
         assert json.loads(done.stdout)["deleted"] == 5
         assert {(audio_key, "audio"), (prompt.key, "prompt"), (tokens.key, "tokens"),
                 (private.json()["embedding"], "embedding")} < listed
-        index = cached.cache.disk.index
+        index = cached.cache.folder.index
         assert index.rows("tenant = 'default' AND voice = ?", (fingerprint[:16],)) == []
         assert index.rows("parent = ?", (audio_key,)) == []
         for key, kind in listed:  # the flac delivery too
-            assert not cached.cache.disk.contains(key, kind), kind
+            assert not cached.cache.folder.contains(key, kind), kind
         # here: the session (memory only) went through the voice anchor
-        assert until(lambda: not cached.cache.memory.contains(session.key, "session"))
+        assert until(lambda: not cached.cache.in_process.contains(session.key, "session"))
         # there: the other process's memory let go of the take and the embedding
         assert until(lambda: httpx.get(f"{b_url}/v1/audio/{audio_key}").status_code == 404)
         dropped = until(lambda: (r := embedding(b_url, voice)).status_code == 409 and r)
         assert dropped and "upload the clip again" in dropped.json()["error"]["message"]
         # what was not derived from this tenant's clip stays; the voice record stays
-        assert cached.cache.disk.contains(kept.key, "embedding")
+        assert cached.cache.folder.contains(kept.key, "embedding")
         assert httpx.get(f"{a.url}/v1/audio/{plain_key}").status_code == 200
         assert httpx.get(f"{a.url}/v1/voices/{voice}").json()["embedding"] is None
 
@@ -429,7 +429,7 @@ def test_purge_by_voice_removes_every_kind_everywhere(make_app, live, serve_proc
         purged = httpx.delete(f"{a.url}/v1/voices/{other}", params={"purge": "true"})
         assert purged.status_code == 200, purged.text
         assert purged.json()["purged"] == {"audio": 1, "embedding": 1, "session": 1}
-        assert not cached.cache.memory.contains(session.key, "session")
+        assert not cached.cache.in_process.contains(session.key, "session")
         assert index.rows("voice = ?", (second_print[:16],)) == []
         assert until(lambda: httpx.get(f"{b_url}/v1/audio/{second_key}").status_code == 404)
         assert httpx.get(f"{a.url}/v1/voices/{other}").status_code == 404
@@ -461,8 +461,8 @@ def test_purge_by_voice_id_keeps_to_the_tenant_named(clips, tmp_path) -> None:
     assert [e["key"] for e in json.loads(one.stdout)["entries"]] == [made["globex"]]
     cache = Cache(folder)
     try:
-        assert cache.disk.contains(made["acme"], "embedding")
-        assert not cache.disk.contains(made["globex"], "embedding")
+        assert cache.folder.contains(made["acme"], "embedding")
+        assert not cache.folder.contains(made["globex"], "embedding")
     finally:
         cache.close()
 

@@ -35,7 +35,7 @@ def test_a_known_voice_is_encoded_once_whatever_the_file_looks_like(
         again = embeddings.of(copy, tenant="acme")
         assert (again.cache, again.key) == ("hit", first.key)
     assert embeddings.calls == 1
-    stages.cache.memory.clear()
+    stages.cache.in_process.clear()
     assert embeddings.of(resaved(clip, "FLAC"), tenant="acme").tier == "disk"
     assert embeddings.calls == 1
     assert embeddings.of(clip, tenant="other").cache == "miss"  # tenants never share

@@ -41,9 +41,9 @@ def test_the_bound_applies_to_a_running_cache(cache: Cache, stages: StageCache):
                               lambda: np.ones(256, np.float32))
     session = StageInputs("session", "m", "1", "", "t", params={"session": "s"})
     stages.put(session, {"k0": np.zeros(4096, np.float64)})
-    cache.memory.limit_total(cache.memory.stats()["embedding"]["bytes"] + 1000)
-    assert not cache.memory.contains(session.key(), "session")
-    assert cache.memory.stats()["embedding"]["entries"] == 3
+    cache.in_process.limit_total(cache.in_process.stats()["embedding"]["bytes"] + 1000)
+    assert not cache.in_process.contains(session.key(), "session")
+    assert cache.in_process.stats()["embedding"]["entries"] == 3
 
 
 def test_session_state_never_reaches_the_disk(cache: Cache, stages: StageCache):

@@ -67,7 +67,7 @@ def test_hits_count_the_time_the_extractor_took(stages: StageCache, cache: Cache
     counts = stages.stats()["prompt"]
     assert counts["hits"] == 1 and counts["misses"] == 1
     assert counts["saved_us"] >= 50_000 and counts["bytes"] == first.entry.size
-    cache.disk.flush()
+    cache.folder.flush()
     assert cache.stats()["counters"]["stage_prompt_hits"] == 1
 
 
@@ -140,10 +140,10 @@ def test_another_tenants_key_reads_like_an_absent_one(stages: StageCache, cache:
     stored = stages.get_or_compute(mine, lambda: np.ones(256, np.float32))
     theirs = StageInputs("embedding", "enc", "1", "a" * 64, "tenant-b")
     assert theirs.key() != stored.key  # the tenant is in the key: B never computes A's key
-    cache.memory.clear()  # A's entry on disk only: a probe must not read the file
+    cache.in_process.clear()  # A's entry on disk only: a probe must not read the file
     reads: list[str] = []
-    original = cache.disk.get
-    monkeypatch.setattr(cache.disk, "get", lambda key, kind="audio": (
+    original = cache.folder.get
+    monkeypatch.setattr(cache.folder, "get", lambda key, kind="audio": (
         reads.append(key), original(key, kind))[1])
     assert stages.lookup(stored.key, "tenant-b", "embedding") is None
     assert stages.lookup("0" * 64, "tenant-b", "embedding") is None
@@ -210,11 +210,11 @@ def test_a_purge_reaches_another_process_memory(cache: Cache, stages: StageCache
     ignored, so the purge must come from a real second process)."""
     inputs = StageInputs("embedding", "x", "1", "3" * 64, "acme")
     stages.get_or_compute(inputs, lambda: np.ones(4, np.float32))
-    assert cache.memory.contains(inputs.key(), "embedding")
+    assert cache.in_process.contains(inputs.key(), "embedding")
     done = subprocess.run([sys.executable, "-c", PURGE, str(cache.root), "3" * 64],
                           capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == "1"
     deadline = time.monotonic() + 10
-    while cache.memory.contains(inputs.key(), "embedding") and time.monotonic() < deadline:
+    while cache.in_process.contains(inputs.key(), "embedding") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert cache.get(inputs.key(), "embedding") is None

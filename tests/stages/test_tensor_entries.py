@@ -51,7 +51,7 @@ def test_stored_file_opens_with_the_safetensors_library(cache: Cache, stages: St
     inputs = StageInputs("embedding", "fixed", "1", "f" * 64, "acme")
     stages.get_or_compute(inputs, lambda: {"embedding": np.ones(256, np.float32)})
     stored = stored_bytes(cache, inputs.key(), "embedding")  # inline: small; else a file
-    assert stored is not None and cache.disk.path_of(inputs.key(), "embedding").suffix == (
+    assert stored is not None and cache.folder.path_of(inputs.key(), "embedding").suffix == (
         ".safetensors")
     assert load(stored)["embedding"].shape == (256,)
     assert b"pickle" not in stored and not stored.startswith(b"\x80")
@@ -67,14 +67,14 @@ def test_a_flipped_byte_on_disk_is_a_miss_quarantined_and_extracted_again(
         return {"feat": np.full((4, 80), 0.25, np.float32)}
 
     first = stages.get_or_compute(inputs, extract)
-    path = cache.disk.path_of(first.key, "prompt")
+    path = cache.folder.path_of(first.key, "prompt")
     data = bytearray(stored_bytes(cache, first.key, "prompt") or b"")
     data[len(data) - 7] ^= 0x10  # a data byte: the tensor itself
     overwrite_stored(cache, first.key, "prompt", bytes(data))
-    cache.memory.clear()
+    cache.in_process.clear()
     again = stages.get_or_compute(inputs, extract)
     assert (again.cache, len(calls)) == ("miss", 2)
     assert np.array_equal(again.artifact["feat"], first.artifact["feat"])
     assert any(name.startswith(path.name) for name in os.listdir(cache.root / "quarantine"))
-    cache.disk.flush()
+    cache.folder.flush()
     assert cache.stats()["counters"].get("corruptions") == 1

@@ -187,7 +187,7 @@ def test_a_locked_index_leaves_the_old_files_for_a_later_flush(tmp_path) -> None
         holder.wait()
     try:
         assert cache.stats()["counters"].get("index_errors", 0) >= 1
-        cache.disk.flush()
+        cache.folder.flush()
         assert old_files_left(root) == []
         assert figures(root) == WHOLE
     finally:
@@ -207,8 +207,8 @@ def test_a_damaged_old_aliases_table_is_set_aside_and_the_rest_moves(tmp_path) -
         f.write(b"\x0d\xff" * page)
     cache = Cache(root)
     try:
-        assert not cache.disk.index.rebuilding()  # the old file's damage is not the index's
-        assert cache.disk.health().state != "degraded"
+        assert not cache.folder.index.rebuilding()  # the old file's damage is not the index's
+        assert cache.folder.health().state != "degraded"
         moved = figures(root)
         assert moved["usage"] == ROWS and moved["totals"] == 5.0 * ROWS
         assert old_files_left(root) == []
@@ -261,11 +261,11 @@ def test_a_read_only_folder_or_file_is_left_whole_until_it_can_be_moved(tmp_path
         try:
             assert old_files_left(root) == ["usage.sqlite3"]
             assert figures(root) == WHOLE
-            cache.disk.flush()  # still immutable: tried again, not counted again
+            cache.folder.flush()  # still immutable: tried again, not counted again
             assert figures(root) == WHOLE
         finally:
             _chattr("-i", root / "usage.sqlite3")
-        cache.disk.flush()
+        cache.folder.flush()
         cache.close()
     finally:
         _chattr("-i", root / "usage.sqlite3")

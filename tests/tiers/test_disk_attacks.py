@@ -87,7 +87,7 @@ def test_a_folder_at_an_entry_path_is_quarantined_and_the_take_stored(cache_dir)
         path.mkdir(parents=True)
         first = cached.synthesize(R("Mind the gap."))
         assert first.stored and path.is_file()
-        cached.cache.memory.clear()
+        cached.cache.in_process.clear()
         again = cached.synthesize(R("Mind the gap."))
         assert (again.cache, again.tier) == ("hit", "disk")
         assert len(tone.calls) == 1
@@ -118,16 +118,16 @@ def test_an_expired_take_gives_way_to_the_next_one(cache_dir):
     try:
         first = cached.synthesize(request)
         time.sleep(0.6)
-        cached.cache.memory.clear()
+        cached.cache.in_process.clear()
         second = cached.synthesize(request)
         assert (second.cache, second.stored) == ("miss", True)
-        cached.cache.memory.clear()
+        cached.cache.in_process.clear()
         third = cached.synthesize(request)
         assert (third.cache, third.tier) == ("hit", "disk")
         assert third.entry.header.created > first.entry.header.created
         assert len(tone.calls) == 2
-        cached.cache.disk.flush()
-        rows = cached.cache.disk.index.rows("key = ?", [first.key])
+        cached.cache.folder.flush()
+        rows = cached.cache.folder.index.rows("key = ?", [first.key])
         assert len(rows) == 1 and rows[0].expires == third.entry.header.expires
         assert cached.cache.gc()["expired"] == 0  # the new take is not collected
         assert cached.cache.get(first.key) is not None
@@ -160,12 +160,12 @@ def test_an_index_locked_by_another_process_stalls_nothing(cache_dir):
         elapsed = time.monotonic() - started
         assert (result.cache, result.stored) == ("miss", True)
         assert elapsed < 10, f"the miss waited {elapsed:.1f} s on the locked index"
-        cached.cache.memory.clear()
+        cached.cache.in_process.clear()
         assert cached.synthesize(R("A new phrase while the index is locked.")).cache == "hit"
     finally:
         locker.communicate("done\n", timeout=30)
-    cached.cache.disk.flush()  # the deferred row lands once the lock is gone
-    assert cached.cache.disk.index.rows("key = ?", [result.key])
+    cached.cache.folder.flush()  # the deferred row lands once the lock is gone
+    assert cached.cache.folder.index.rows("key = ?", [result.key])
     cached.cache.close()
 
 
@@ -187,23 +187,23 @@ def test_an_index_damaged_while_serving_is_rebuilt_in_the_background(cache_dir):
     cached = CachedEngine(tone, Cache(cache_dir))
     try:
         keys = {cached.synthesize(R(f"Platform {i} is now boarding.")).key for i in range(40)}
-        cached.cache.disk.flush()
+        cached.cache.folder.flush()
         damage(cache_dir / "index.sqlite3")
         fresh = cached.synthesize(R("A phrase after the damage."))
         assert (fresh.cache, fresh.stored) == ("miss", True)
         keys.add(fresh.key)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            cached.cache.disk.flush()
+            cached.cache.folder.flush()
             stats = cached.cache.stats()["tiers"]["disk"]
             if stats["entries"] == len(keys):
                 break
             time.sleep(0.1)
         assert stats["entries"] == len(keys)
-        indexed = {row.key for row in cached.cache.disk.index.rows()}
+        indexed = {row.key for row in cached.cache.folder.index.rows()}
         assert indexed == keys
         assert any(name.startswith("index.sqlite3.") for name in quarantined(cached.cache))
-        cached.cache.memory.clear()
+        cached.cache.in_process.clear()
         assert cached.synthesize(R("Platform 3 is now boarding.")).cache == "hit"
     finally:
         cached.cache.close()
@@ -222,7 +222,7 @@ cached = CachedEngine(ToneEngine(), Cache(sys.argv[1]))
 kept = cached.synthesize(R("Stored before the fault."))
 print("ready", flush=True)
 for line in sys.stdin:
-    cached.cache.memory.clear()
+    cached.cache.in_process.clear()
     result = cached.synthesize(R(line.strip()))
     print(json.dumps({"cache": result.cache, "stored": result.stored,
                       "frames": result.audio.frames}), flush=True)
@@ -278,7 +278,7 @@ def test_a_cache_folder_out_of_inodes_serves_takes_unstored(make_tmpfs, caplog):
                 assert (result.cache, result.stored) == ("miss", False)
         assert not [p for p in (mount / "cache").rglob(".tmp-*")]
         # every fault counted, each cause logged once
-        cached.cache.disk.flush()
+        cached.cache.folder.flush()
         counts = cached.cache.stats()["counters"]  # persisted: what `voxcache stats` shows
         assert counts.get("lock_errors") == 2 and counts.get("write_errors") == 2, counts
         logged = [r.getMessage() for r in caplog.records if "logged once per cause" in

@@ -65,7 +65,7 @@ def request(cache: Cache, entry: Entry) -> None:
 
 
 def stored(cache: Cache) -> set[str]:
-    return {row.key for row in cache.disk.index.rows()}
+    return {row.key for row in cache.folder.index.rows()}
 
 
 def test_a_one_off_scan_passes_through_without_evicting_the_hot_set(open_cache, clock) -> None:
@@ -77,7 +77,7 @@ def test_a_one_off_scan_passes_through_without_evicting_the_hot_set(open_cache, 
     clock[0] += 3 * 3600  # the evening's batch job: 200 sentences read once, 20× the tier
     for i in range(100, 300):
         assert cache.put(take(i))
-        assert cache.disk.index.totals()[0] <= 10 * UNIT
+        assert cache.folder.index.totals()[0] <= 10 * UNIT
     assert {e.header.key for e in hot} <= stored(cache)
     assert cache.stats()["counters"]["evictions_size"] >= 190
 
@@ -146,7 +146,7 @@ def test_an_old_index_is_migrated_and_its_rows_do_not_outlive_every_new_take(
     _make_old_index(cache_dir / "index.sqlite3", {e.header.key: i % 3 for i, e in
                                                   enumerate(old)})
     cache = open_cache(10 * UNIT)
-    columns = {row[1] for row in cache.disk.index.query("PRAGMA table_info(entries)")}
+    columns = {row[1] for row in cache.folder.index.query("PRAGMA table_info(entries)")}
     assert "cost" in columns
     new = [take(100 + i) for i in range(10)]
     for _ in range(4):  # the day's phrases, each asked four times, in turn
@@ -167,7 +167,7 @@ def test_pinned_entries_are_never_evicted(open_cache) -> None:
             request(cache, fresh)
         assert {e.header.key for e in pinned} <= stored(cache)
     assert cache.stats()["counters"]["evictions_size"] >= 50
-    assert cache.disk.index.totals()[0] <= 10 * UNIT
+    assert cache.folder.index.totals()[0] <= 10 * UNIT
 
 
 FORGED = ("1e9", "NaN", "inf", -5.0, True, [30.0], {"seconds": 30.0})
@@ -220,15 +220,15 @@ def test_with_piper_takes_carry_their_cost_and_a_scan_passes_through(piper, tmp_
         key = cached.synthesize(hot).key
         for _ in range(3):
             assert cached.synthesize(hot).cache == "hit"
-        cache.disk.flush()
+        cache.folder.flush()
         for i in range(8):  # one-off announcements, each asked once
             cached.synthesize(SynthesisRequest(f"Platform {i + 2} is now closed.", params=quiet))
-        cache.disk.flush()
-        costs = [cost for (cost,) in cache.disk.index.query("SELECT cost FROM entries")]
+        cache.folder.flush()
+        costs = [cost for (cost,) in cache.folder.index.query("SELECT cost FROM entries")]
         assert costs and all(cost > 0 for cost in costs)  # Piper's own render seconds
-        totals = cache.disk.totals()
+        totals = cache.folder.totals()
         assert totals is not None and totals[0] <= int(size * 4.5)
-        cache.memory.clear()
+        cache.in_process.clear()
         again = cached.synthesize(hot)
         assert (again.cache, again.tier, again.key) == ("hit", "disk", key)
     finally:

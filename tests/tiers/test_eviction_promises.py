@@ -53,7 +53,7 @@ def request(cache: Cache, entry: Entry) -> bool:
 
 
 def one(cache: Cache, sql: str) -> float:
-    return cache.disk.index.query(sql)[0][0]
+    return cache.folder.index.query(sql)[0][0]
 
 
 def test_ghosts_stay_bounded_by_the_entries_whatever_streams_through(open_cache) -> None:
@@ -77,7 +77,7 @@ def test_a_new_hot_set_displaces_one_nobody_asks_for_any_more(open_cache) -> Non
     for _ in range(40):  # each new take asked 40 times, the old ones never again
         for entry in new:
             request(cache, entry)
-    held = {row.key for row in cache.disk.index.rows()}
+    held = {row.key for row in cache.folder.index.rows()}
     assert {e.header.key for e in new} <= held
     assert all(request(cache, e) for e in new)
 
@@ -89,8 +89,8 @@ def test_the_same_requests_give_the_same_victims_and_clock(open_cache) -> None:
     for name in ("a", "b"):
         cache = open_cache(name)
         hits = [request(cache, take(i)) for i in sequence]
-        cache.disk.flush()
-        outcomes.append((hits, sorted(row.key for row in cache.disk.index.rows()),
+        cache.folder.flush()
+        outcomes.append((hits, sorted(row.key for row in cache.folder.index.rows()),
                          one(cache, "SELECT value FROM policy WHERE name = 'clock'")))
     assert outcomes[0] == outcomes[1]
     assert 0 < sum(outcomes[0][0]) < len(sequence)  # some hits, some evictions

@@ -40,7 +40,7 @@ FILL = textwrap.dedent("""
     cached = CachedEngine(ToneEngine(), Cache(sys.argv[1]))
     for i in range(int(sys.argv[2])):
         cached.synthesize(R(f"Stored take number {i}."))
-    cached.cache.disk.flush()
+    cached.cache.folder.flush()
     if sys.argv[3] == "hold":  # the index open with its log, until killed
         print("ready", flush=True)
         time.sleep(600)
@@ -187,13 +187,13 @@ def test_opening_a_damaged_index_never_waits_for_its_rebuild(
         assert (hit.cache, hit.tier) == ("hit", "disk")
         miss = cached.synthesize(R("A new take while the index is rebuilt."))
         assert (miss.cache, miss.stored) == ("miss", True)
-        assert cache.disk.health().state == "degraded"
+        assert cache.folder.health().state == "degraded"
         release.set()
-        cache.disk.settle()
+        cache.folder.settle()
         stats = cache.stats()["tiers"]["disk"]
         assert stats["entries"] == entries + 1
-        assert {row.key for row in cache.disk.index.rows()} == keys | {miss.key}
-        assert cache.disk.health().state == "ok"
+        assert {row.key for row in cache.folder.index.rows()} == keys | {miss.key}
+        assert cache.folder.health().state == "ok"
     finally:
         release.set()
         cache.close()
@@ -215,10 +215,10 @@ def test_looking_at_the_index_file_never_drops_the_locks_sqlite_holds_on_it(cach
     try:
         cached = CachedEngine(ToneEngine(), cache)
         cached.synthesize(R("A take whose row is in the log."))
-        cache.disk.startup_check.join()  # type: ignore[union-attr]
-        cache.disk.flush()  # the index file is looked at (the watch)
+        cache.folder.startup_check.join()  # type: ignore[union-attr]
+        cache.folder.flush()  # the index file is looked at (the watch)
         again = Cache(cache_dir)  # a second cache on the folder, in this process
-        again.disk.startup_check.join()  # type: ignore[union-attr]
+        again.folder.startup_check.join()  # type: ignore[union-attr]
         again.close()
         index = cache_dir / "index.sqlite3"
         subprocess.run([sys.executable, "-c", CLOSER, str(index)], check=True, timeout=60)
@@ -241,10 +241,10 @@ def test_purged_keys_and_pack_sequences_survive_an_index_lost_under_a_running_pr
     try:
         cached = CachedEngine(ToneEngine(), cache)
         take = cached.synthesize(R("A take purged before the index is lost."))
-        purged.record(cache.disk.index, [(take.key, "audio", 1e9)], covering=True)
-        sequence.admit(cache.disk.index, "publisher-key", 123_456, "digest")
+        purged.record(cache.folder.index, [(take.key, "audio", 1e9)], covering=True)
+        sequence.admit(cache.folder.index, "publisher-key", 123_456, "digest")
         cache.count("hits_disk", 5)
-        cache.disk.flush()
+        cache.folder.flush()
         index = cache_dir / "index.sqlite3"
         if damage == "deleted":
             for suffix in ("", "-wal", "-shm"):
@@ -253,11 +253,11 @@ def test_purged_keys_and_pack_sequences_survive_an_index_lost_under_a_running_pr
             (cache_dir / "garbage").write_bytes(os.urandom(65536))
             os.replace(cache_dir / "garbage", index)
         cache.stats()  # a statement: the loss is noticed, a rebuild starts
-        cache.disk.settle()
-        assert purged.lookup(cache.disk.index, take.key) is not None
-        assert cache.disk.index.query("SELECT sequence FROM pack_sequences WHERE key_id = ?",
+        cache.folder.settle()
+        assert purged.lookup(cache.folder.index, take.key) is not None
+        assert cache.folder.index.query("SELECT sequence FROM pack_sequences WHERE key_id = ?",
                                       ("publisher-key",)) == [(123_456,)]
-        assert cache.disk.counters()["hits_disk"] >= 5  # type: ignore[index]
+        assert cache.folder.counters()["hits_disk"] >= 5  # type: ignore[index]
         assert cache.stats()["tiers"]["disk"]["entries"] == 1
     finally:
         cache.close()

@@ -221,8 +221,8 @@ def test_writers_killed_mid_write_leave_whole_records_or_none(cache_dir):
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     cache = Cache(cache_dir)
-    cache.disk.startup_check.join(60)
-    assert cache.disk.walk_reason is not None  # the kills made this start walk
+    cache.folder.startup_check.join(60)
+    assert cache.folder.walk_reason is not None  # the kills made this start walk
     with inline.opened(cache_dir) as store:
         assert store is not None
         names = list(store.names())
@@ -232,7 +232,7 @@ def test_writers_killed_mid_write_leave_whole_records_or_none(cache_dir):
             entry = decode(store.get(name), key)  # type: ignore[arg-type]
             i = int(key, 16)
             assert bytes(entry.payload) == bytes([i % 251]) * (100 + (i * 7919) % 12000)
-    rows = {row.key for row in cache.disk.rows()}
+    rows = {row.key for row in cache.folder.rows()}
     assert rows == {inline.key_of(name) for name in names}  # the walk indexed every record
     assert quarantined(cache_dir) == []
     cache.close()
@@ -269,8 +269,8 @@ def test_a_lost_index_is_rebuilt_from_the_records(cache_dir):
     for suffix in ("", "-wal", "-shm"):
         (cache_dir / f"index.sqlite3{suffix}").unlink(missing_ok=True)
     cache = Cache(cache_dir)
-    cache.disk.settle()  # the rebuild runs in the background
-    rows = {row.key: row for row in cache.disk.rows()}
+    cache.folder.settle()  # the rebuild runs in the background
+    rows = {row.key: row for row in cache.folder.rows()}
     assert set(rows) == {e.header.key for e in entries}
     assert all(row.tenant == "t1" and row.kind == "encoded" for row in rows.values())
     cache.close()
@@ -286,7 +286,7 @@ READER = textwrap.dedent("""
     entry = blob_entry(f"{7:064x}", "encoded", b"again" * 10, "audio/mpeg")
     stored = cache.put(entry) is not None
     back = cache.get(entry.header.key, "encoded")
-    cache.disk.startup_check.join(60)
+    cache.folder.startup_check.join(60)
     cache.close()
     print(misses, stored, back is not None and back[0].blob == entry.blob)
 """)
@@ -336,8 +336,8 @@ def test_a_damaged_store_is_set_aside_and_the_process_lives(cache_dir, tmp_path,
     assert stored == "True" and back == "True"
     assert any(name.startswith("inline.") for name in quarantined(cache_dir)), damage
     cache = Cache(cache_dir)
-    cache.disk.startup_check.join(60)
-    rows = {row.key for row in cache.disk.rows()}
+    cache.folder.startup_check.join(60)
+    rows = {row.key for row in cache.folder.rows()}
     assert rows == {f"{7:064x}"}, "rows of the lost entries were dropped"
     cache.close()
     if damage == "symlink":
@@ -358,9 +358,9 @@ def test_a_store_from_a_boot_that_crashed_is_not_trusted(cache_dir):
     (cache_dir / "sessions" / "4242-0ld.json").write_text(json.dumps(record))
     assert openers.start_state(cache_dir).rebooted
     cache = Cache(cache_dir)
-    cache.disk.startup_check.join(60)
+    cache.folder.startup_check.join(60)
     assert cache.get(f"{1:064x}", "encoded") is None
-    assert cache.disk.rows() == []
+    assert cache.folder.rows() == []
     assert any(name.startswith("inline.") for name in quarantined(cache_dir))
     cache.close()
     cache = Cache(cache_dir)  # this boot's store is trusted from now on

@@ -143,7 +143,7 @@ def _reaches(path: Path) -> list[str]:
 
 def test_no_module_outside_tiers_reaches_a_named_tier() -> None:
     """Outside ``tiers/`` the code asks the cache (``folder``, ``in_process``, ``recall``,
-    ``index``); ``Cache.disk``/``.memory`` remain for tests and scripts only."""
+    ``index``), never a tier by its kind."""
     modules = [p for p in SRC.rglob("*.py") if "tiers" not in p.relative_to(SRC).parts]
     assert len(modules) > 100
     assert [hit for path in modules for hit in _reaches(path)] == []

@@ -33,7 +33,7 @@ HOLDER = textwrap.dedent("""
     from voxcache.cache import Cache
     from voxcache.entry import audio_entry, blob_entry
     cache = Cache(sys.argv[1])
-    cache.disk.startup_check.join()
+    cache.folder.startup_check.join()
     key = sys.argv[2]
     cache.put(audio_entry(key, Audio(bytes(200), 16000)))
     print("ready", flush=True)
@@ -87,7 +87,7 @@ def walks(monkeypatch):
 
 def start(root: Path) -> Cache:
     cache = Cache(root)
-    cache.disk.startup_check.join(60)
+    cache.folder.startup_check.join(60)
     return cache
 
 
@@ -101,7 +101,7 @@ def plant_unindexed(root: Path, i: int) -> str:
 
 
 def indexed(cache: Cache, key: str) -> bool:
-    return bool(cache.disk.index.rows("key = ?", (key,)))
+    return bool(cache.folder.index.rows("key = ?", (key,)))
 
 
 def test_a_clean_close_lets_the_next_start_skip_the_walk(cache_dir, walks):
@@ -124,7 +124,7 @@ def test_a_kill_makes_the_next_start_walk_and_repair(cache_dir, walks):
     walks[0] = 0
     cache = start(cache_dir)
     assert walks[0] == 1
-    assert cache.disk.walk_reason is not None and "did not close" in cache.disk.walk_reason
+    assert cache.folder.walk_reason is not None and "did not close" in cache.folder.walk_reason
     assert indexed(cache, key) and indexed(cache, holder.key)
     assert cache.stats()["counters"].get("folder_walks") == 1  # a new folder is not walked
     cache.close()
@@ -172,7 +172,7 @@ def test_a_new_folder_is_not_walked(cache_dir, walks, made):
     if made:
         cache_dir.mkdir()
     cache = start(cache_dir)
-    assert walks[0] == 0 and cache.disk.walk_reason is None
+    assert walks[0] == 0 and cache.folder.walk_reason is None
     cache.put(entry(8))
     cache.close()
     again = start(cache_dir)  # and it counts as checked from then on
@@ -184,7 +184,7 @@ def test_a_folder_with_anything_in_it_is_not_new(cache_dir, walks):
     """An index left without its records (or any other content) is walked, not trusted."""
     key = plant_unindexed(cache_dir, 9)
     cache = start(cache_dir)
-    assert walks[0] >= 1 and indexed(cache, key) and cache.disk.walk_reason is not None
+    assert walks[0] >= 1 and indexed(cache, key) and cache.folder.walk_reason is not None
     cache.close()
 
 
@@ -204,7 +204,7 @@ def test_a_walk_never_indexes_an_entry_deleted_while_it_ran(cache_dir, monkeypat
     cache.put(e)
     key, kind = e.header.key, e.header.kind
     assert (entry_path(cache_dir, key, kind).exists()) == (where == "file")
-    index = cache.disk.index
+    index = cache.folder.index
     remove = index.remove
 
     def remove_then_walk(keys, wait=None):
@@ -213,7 +213,7 @@ def test_a_walk_never_indexes_an_entry_deleted_while_it_ran(cache_dir, monkeypat
         return removed
 
     monkeypatch.setattr(index, "remove", remove_then_walk)
-    assert cache.disk.delete(key, kind)
+    assert cache.folder.delete(key, kind)
     monkeypatch.undo()
     assert not indexed(cache, key) and index.totals() == (0, 0)
     cache.close()
@@ -229,13 +229,13 @@ def test_a_walk_skips_an_entry_removed_after_it_verified_it(cache_dir, monkeypat
 
     def verify_then_delete(root, index, k, path):
         row = verify(root, index, k, path)
-        cache.disk.delete(k)
+        cache.folder.delete(k)
         return row
 
     monkeypatch.setattr(lifecycle, "_row_of_file", verify_then_delete)
-    report = lifecycle.reconcile(cache_dir, cache.disk.index)
+    report = lifecycle.reconcile(cache_dir, cache.folder.index)
     assert report["added"] == 0 and not indexed(cache, key) and e.header.key == key
-    assert cache.disk.index.totals() == (0, 0)
+    assert cache.folder.index.totals() == (0, 0)
     cache.close()
 
 
@@ -248,7 +248,7 @@ def test_a_walk_keeps_the_row_of_an_entry_stored_again_after_it_listed(cache_dir
     cache = start(cache_dir)
     e = stored_as(17, where)
     key, kind = e.header.key, e.header.kind
-    cache.disk.put(e)
+    cache.folder.put(e)
     if where == "file":  # the entry goes behind the index's back: its row is now stale
         entry_path(cache_dir, key, kind).unlink()
     else:
@@ -257,14 +257,14 @@ def test_a_walk_keeps_the_row_of_an_entry_stored_again_after_it_listed(cache_dir
 
     def listed_then_stored_again(store):
         found = listing(store)
-        assert cache.disk.put(e)
+        assert cache.folder.put(e)
         return found
 
     monkeypatch.setattr(lifecycle, "_stored_records", listed_then_stored_again)
-    report = lifecycle.reconcile(cache_dir, cache.disk.index)
+    report = lifecycle.reconcile(cache_dir, cache.folder.index)
     monkeypatch.undo()
     assert report["dropped"] == 0
-    assert indexed(cache, key) and cache.disk.get(key, kind) is not None
+    assert indexed(cache, key) and cache.folder.get(key, kind) is not None
     cache.close()
 
 
@@ -277,9 +277,9 @@ def test_a_planted_row_that_names_no_key_is_dropped_by_the_walk(cache_dir):
     planted = IndexRow(key="../not-a-key", kind="audio", size=1, created=1.0, expires=None,
                        last_access=1.0, hits=0, pinned=False, pin_until=None, tenant="",
                        engine="", model="", voice="", text="")
-    assert cache.disk.index.add_many([planted]) == 1
-    report = lifecycle.reconcile(cache_dir, cache.disk.index)
-    assert report["dropped"] == 1 and cache.disk.index.rows() == []
+    assert cache.folder.index.add_many([planted]) == 1
+    report = lifecycle.reconcile(cache_dir, cache.folder.index)
+    assert report["dropped"] == 1 and cache.folder.index.rows() == []
     cache.close()
 
 
@@ -292,17 +292,17 @@ def test_a_purge_between_a_write_and_its_row_leaves_no_row(cache_dir, monkeypatc
     other = start(cache_dir)  # the purging process's view of the same folder
     e = stored_as(15, where)
     key, kind = e.header.key, e.header.kind
-    add = cache.disk.index.add
+    add = cache.folder.index.add
 
     def purged_first(row, *args, **kwargs):
-        assert other.disk.delete(key, kind)
+        assert other.folder.delete(key, kind)
         return add(row, *args, **kwargs)
 
-    monkeypatch.setattr(cache.disk.index, "add", purged_first)
-    cache.disk.put(e)
+    monkeypatch.setattr(cache.folder.index, "add", purged_first)
+    cache.folder.put(e)
     monkeypatch.undo()
-    assert cache.disk.get(key, kind) is None
-    assert cache.disk.index.rows() == [] and cache.disk.index.totals() == (0, 0)
+    assert cache.folder.get(key, kind) is None
+    assert cache.folder.index.rows() == [] and cache.folder.index.totals() == (0, 0)
     other.close()
     cache.close()
 
@@ -320,13 +320,13 @@ def test_a_deferred_row_of_an_entry_removed_meanwhile_is_dropped(cache_dir, monk
     def locked(*args, **kwargs):
         raise sqlite3.OperationalError("database is locked")
 
-    monkeypatch.setattr(cache.disk.index, "add", locked)
-    cache.disk.put(e)
+    monkeypatch.setattr(cache.folder.index, "add", locked)
+    cache.folder.put(e)
     monkeypatch.undo()
     assert not indexed(cache, key)  # deferred
-    other.disk.delete(key, kind)
-    cache.disk.flush()
-    assert cache.disk.index.rows() == [] and cache.disk.index.totals() == (0, 0)
+    other.folder.delete(key, kind)
+    cache.folder.flush()
+    assert cache.folder.index.rows() == [] and cache.folder.index.totals() == (0, 0)
     other.close()
     cache.close()
 
@@ -345,7 +345,7 @@ def test_a_walk_racing_the_collector_leaves_no_row_without_an_entry(cache_dir, m
               if remover == "expiry" else stored_as(13, where))
     cache.put(doomed)
     key, kind = doomed.header.key, doomed.header.kind
-    walker = threading.Thread(target=lifecycle.reconcile, args=(cache_dir, cache.disk.index))
+    walker = threading.Thread(target=lifecycle.reconcile, args=(cache_dir, cache.folder.index))
     real_entry_path = lifecycle.entry_path
 
     def walk_first(root, k, kind):
@@ -359,13 +359,13 @@ def test_a_walk_racing_the_collector_leaves_no_row_without_an_entry(cache_dir, m
         assert cache.gc()["expired"] == 1
     else:
         limits = lifecycle.Limits(max_entries=0)
-        assert lifecycle.enforce(cache_dir, cache.disk.index, limits)["count"] == 1
+        assert lifecycle.enforce(cache_dir, cache.folder.index, limits)["count"] == 1
     walker.join(30)
     monkeypatch.undo()
     assert walker.ident is not None and not walker.is_alive()
-    cache.memory.clear()
-    assert cache.disk.get(key, kind) is None
-    assert cache.disk.index.rows() == [] and cache.disk.index.totals() == (0, 0)
+    cache.in_process.clear()
+    assert cache.folder.get(key, kind) is None
+    assert cache.folder.index.rows() == [] and cache.folder.index.totals() == (0, 0)
     cache.close()
 
 
@@ -412,8 +412,8 @@ def test_a_record_from_before_the_last_boot_is_a_crash_of_the_machine(cache_dir,
     write_record(cache_dir, "77-feedface.json", **(my_identity() | {"boot": "an-old-boot"}))
     walks[0] = 0
     cache = Cache(cache_dir)
-    assert cache.disk.start_state.rebooted
-    cache.disk.startup_check.join(60)
+    assert cache.folder.start_state.rebooted
+    cache.folder.startup_check.join(60)
     assert walks[0] == 1
     cache.close()
 

@@ -56,7 +56,7 @@ def test_disk_hit_in_a_new_process(cache_dir, cached_tone):
 def test_disk_hit_is_promoted_to_memory(cache):
     e = entry(1)
     cache.put(e)
-    cache.memory.clear()
+    cache.in_process.clear()
     assert cache.get(e.header.key)[1] == "disk"
     assert cache.get(e.header.key)[1] == "memory"
 
@@ -77,7 +77,7 @@ def test_flipped_byte_on_disk_is_quarantined_counted_and_rerendered(cached_tone,
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x10
     path.write_bytes(bytes(data))
-    cached_tone.cache.memory.clear()
+    cached_tone.cache.in_process.clear()
 
     again = cached_tone.synthesize(request)
     assert (again.cache, again.tier) == ("miss", "engine")
@@ -91,7 +91,7 @@ def test_truncated_file_is_a_miss(cached_tone, tone):
     first = cached_tone.synthesize(R("Doors closing."))
     path = entry_path(cached_tone.cache.root, first.key, "audio")
     path.write_bytes(path.read_bytes()[:-10])
-    cached_tone.cache.memory.clear()
+    cached_tone.cache.in_process.clear()
     assert cached_tone.synthesize(R("Doors closing.")).cache == "miss"
 
 
@@ -104,11 +104,11 @@ def test_lost_index_is_rebuilt_from_the_files(cache_dir):
     cache.close()
     os.unlink(cache_dir / "index.sqlite3")
     rebuilt = Cache(cache_dir)
-    rebuilt.disk.settle()  # the rebuild runs in the background
-    rows = {r.key: r for r in rebuilt.disk.index.rows()}
+    rebuilt.folder.settle()  # the rebuild runs in the background
+    rows = {r.key: r for r in rebuilt.folder.index.rows()}
     assert set(rows) == {e.header.key for e in entries}
     assert rows[entries[0].header.key].pinned  # pins survive a rebuild
-    assert rebuilt.disk.index.totals() == (sum(e.size for e in entries), 5)
+    assert rebuilt.folder.index.totals() == (sum(e.size for e in entries), 5)
     rebuilt.close()
 
 
@@ -120,13 +120,13 @@ def test_corrupt_index_file_is_rebuilt(cache_dir):
         (cache_dir / f"index.sqlite3{suffix}").unlink(missing_ok=True)
     (cache_dir / "index.sqlite3").write_bytes(b"this is not a database" * 100)
     rebuilt = Cache(cache_dir)
-    rebuilt.disk.settle()  # the rebuild runs in the background
-    assert rebuilt.disk.index.totals()[1] == 1
+    rebuilt.folder.settle()  # the rebuild runs in the background
+    assert rebuilt.folder.index.totals()[1] == 1
     rebuilt.close()
 
 
 def test_stale_temp_files_from_dead_writers_are_swept(cache_dir, cache):
-    cache.disk.startup_check.join()  # the start-up sweep would race the one under test
+    cache.folder.startup_check.join()  # the start-up sweep would race the one under test
     folder = cache_dir / "objects" / "ab" / "cd"
     folder.mkdir(parents=True)
     dead = folder / ".tmp-999999999-abc"
@@ -145,8 +145,8 @@ def test_eviction_keeps_the_disk_under_its_cap_and_spares_pins(cache_dir):
     cache.pin(pinned.header.key)
     for i in range(1, 40):
         cache.put(entry(i))
-        assert cache.disk.index.totals()[0] <= 10 * one
-    keys = {r.key for r in cache.disk.index.rows()}
+        assert cache.folder.index.totals()[0] <= 10 * one
+    keys = {r.key for r in cache.folder.index.rows()}
     assert pinned.header.key in keys
     assert entry(39).header.key in keys  # the newest survives
     assert cache.stats()["counters"]["evictions_size"] >= 29
@@ -161,12 +161,12 @@ def test_frequently_hit_entries_survive_a_scan(cache_dir):
     hot = entry(1000)
     cache.put(hot)
     for _ in range(20):
-        cache.memory.clear()
+        cache.in_process.clear()
         cache.get(hot.header.key)
-    cache.disk.flush()
+    cache.folder.flush()
     for i in range(30):  # a one-off scan of new sentences
         cache.put(entry(i))
-    assert cache.disk.get(hot.header.key) is not None
+    assert cache.folder.get(hot.header.key) is not None
     cache.close()
 
 
@@ -174,7 +174,7 @@ def test_entry_count_cap(cache_dir):
     cache = Cache(cache_dir, CacheConfig(disk_max_entries=5))
     for i in range(12):
         cache.put(entry(i))
-    assert cache.disk.index.totals()[1] <= 5
+    assert cache.folder.index.totals()[1] <= 5
     cache.close()
 
 
@@ -185,8 +185,8 @@ def test_ttl_expires_in_every_tier(cache_dir):
     cache.put(e)
     assert cache.get(e.header.key) is not None
     now[0] += 11
-    assert cache.memory.get(e.header.key) is None
-    assert cache.disk.get(e.header.key) is None
+    assert cache.in_process.get(e.header.key) is None
+    assert cache.folder.get(e.header.key) is None
     assert cache.get(e.header.key) is None
     cache.close()
 
@@ -196,7 +196,7 @@ def test_gc_removes_expired_entries(cache_dir):
     cache.put(entry(1, ttl=0.001, now=0.0))
     cache.put(entry(2))
     assert cache.gc()["expired"] == 1
-    assert cache.disk.index.totals()[1] == 1
+    assert cache.folder.index.totals()[1] == 1
     cache.close()
 
 
@@ -210,7 +210,7 @@ def test_gc_drops_many_expired_entries_a_batch_per_write_lock(cache_dir, monkeyp
     for i in range(600):
         cache.put(entry(1000 + i, ttl=0.001, now=0.0))
     holds: list[int] = []
-    transaction = cache.disk.index.transaction
+    transaction = cache.folder.index.transaction
 
     def counted(*args, **kwargs):
         holds.append(0)
@@ -222,12 +222,12 @@ def test_gc_drops_many_expired_entries_a_batch_per_write_lock(cache_dir, monkeyp
         holds[-1] += 1
         return removed(*args, **kwargs)
 
-    monkeypatch.setattr(cache.disk.index, "transaction", counted)
+    monkeypatch.setattr(cache.folder.index, "transaction", counted)
     monkeypatch.setattr(lifecycle, "_remove_entry", remove)
     assert cache.gc()["expired"] == 600
     monkeypatch.undo()
     assert sum(holds) == 600 and max(holds) <= lifecycle.BATCH
-    assert cache.disk.index.totals() == (0, 0)
+    assert cache.folder.index.totals() == (0, 0)
     cache.close()
 
 
@@ -239,7 +239,7 @@ def test_pinned_with_ttl_becomes_evictable_after_it(cache_dir):
     cache.pin(e.header.key, until=1.0)  # pin already over
     for i in range(1, 10):
         cache.put(entry(i))
-    assert cache.disk.get(e.header.key) is None
+    assert cache.folder.get(e.header.key) is None
     cache.close()
 
 
@@ -259,7 +259,7 @@ def test_index_is_only_an_accelerator_hits_work_without_it(cached_tone):
     first = cached_tone.synthesize(R("Mind the gap."))
     with sqlite3.connect(cached_tone.cache.root / "index.sqlite3") as db:
         db.execute("DELETE FROM entries")
-    cached_tone.cache.memory.clear()
+    cached_tone.cache.in_process.clear()
     assert cached_tone.synthesize(R("Mind the gap.")).key == first.key
     assert cached_tone.synthesize(R("Mind the gap.")).cache == "hit"
 
@@ -302,6 +302,6 @@ def test_memory_hits_count_for_the_disk_tiers_eviction(cached_tone):
     first = cached_tone.synthesize(R("Hot in memory all day."))
     for _ in range(5):
         assert cached_tone.synthesize(R("Hot in memory all day.")).tier == "memory"
-    cached_tone.cache.disk.flush()
-    (row,) = cached_tone.cache.disk.index.rows("key = ?", [first.key])
+    cached_tone.cache.folder.flush()
+    (row,) = cached_tone.cache.folder.index.rows("key = ?", [first.key])
     assert row.hits == 5

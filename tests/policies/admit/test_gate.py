@@ -63,11 +63,11 @@ def test_each_class_is_served_and_kept_nowhere(tmp_path: Path, cls: str, text: s
     assert (again.cache, again.reason) == ("bypass", f"admission:{cls}")  # never a hit
     assert len(tone.calls) == 2 and first.audio.pcm == again.audio.pcm
     cache = cached.cache
-    assert cache.memory.get(first.key) is None and cache.get(first.key) is None
+    assert cache.in_process.get(first.key) is None and cache.get(first.key) is None
     cached.usage.flush()
     cached.savings.flush()
-    cache.disk.flush()
-    assert cache.disk.index.query("SELECT key FROM entries") == []
+    cache.folder.flush()
+    assert cache.folder.index.query("SELECT key FROM entries") == []
     assert _rows(cache.root / "index.sqlite3", "SELECT text FROM usage") == []
     assert _rows(cache.root / "index.sqlite3", "SELECT key FROM aliases") == []
     assert cache.stats()["counters"][f"refused_admission_{cls}"] == 2
@@ -229,7 +229,7 @@ def test_admit_after_counts_distinct_callers_of_every_process(tmp_path: Path) ->
     assert second.stored and second.reason == ""
     assert worker_a.synthesize(SynthesisRequest(text, caller="sk-carol")).cache == "hit"
     assert len(tone_a.calls) + len(tone_b.calls) == 4
-    assert worker_a.cache.disk.index.query("SELECT * FROM callers") == []  # forgotten
+    assert worker_a.cache.folder.index.query("SELECT * FROM callers") == []  # forgotten
     for worker in (worker_a, worker_b):
         worker.cache.close()
     assert leaks(tmp_path / "c", ["sk-alice-0001", "sk-bob-0002"]) == []

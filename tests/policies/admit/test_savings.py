@@ -96,7 +96,7 @@ def test_a_ledger_that_cannot_be_written_keeps_its_figures(tmp_path: Path) -> No
     cached = CachedEngine(ToneEngine(), Cache(tmp_path / "c"), gate=GateSettings(savings=PRICES))
     cached.synthesize(SynthesisRequest("Mind the gap."))
     cached.synthesize(SynthesisRequest("Mind the gap."))
-    with cached.cache.disk.index.transaction() as db:  # this thread's connection is busy:
+    with cached.cache.folder.index.transaction() as db:  # this thread's connection is busy:
         cached.savings.flush()  # the ledger's write fails, its figures stay pending
         assert db.execute("SELECT COUNT(*) FROM savings").fetchone() == (0,)
     cached.savings.flush()

@@ -32,11 +32,11 @@ def _render(node: CachedEngine, text: str) -> str:
 
 
 def _in_memory(node: CachedEngine, key: str) -> bool:
-    return node.cache.memory.peek(key) is not None
+    return node.cache.in_process.peek(key) is not None
 
 
 def _on_disk(node: CachedEngine, key: str) -> bool:
-    return node.cache.disk.path_of(key).exists()
+    return node.cache.folder.path_of(key).exists()
 
 
 def test_a_delete_reaches_the_other_nodes_memory_and_disk_once(make_node: Make,
@@ -71,11 +71,11 @@ def test_a_pin_reaches_the_other_nodes_disk(make_node: Make, redis_url: str) -> 
     a, b = make_node("a", redis_url), make_node("b", redis_url)
     key = _render(a, "Keep this one")
     b.synthesize(SynthesisRequest(text="Keep this one"))
-    assert not b.cache.disk.is_pinned(key)
+    assert not b.cache.folder.is_pinned(key)
     assert a.cache.pin(key, True)
-    until(lambda: b.cache.disk.is_pinned(key), what="the pin on b")
+    until(lambda: b.cache.folder.is_pinned(key), what="the pin on b")
     assert a.cache.pin(key, False)
-    until(lambda: not b.cache.disk.is_pinned(key), what="the unpin on b")
+    until(lambda: not b.cache.folder.is_pinned(key), what="the unpin on b")
 
 
 def test_a_dropped_connection_goes_on_where_it_stopped_and_keeps_memory(
@@ -157,7 +157,7 @@ def test_a_node_stopped_during_a_purge_applies_it_when_it_starts(
     a.cache.delete(key)
     again = Cache(tmp_path / "b", CacheConfig(tiers=("memory", "disk", redis_url)))
     try:
-        until(lambda: not again.disk.path_of(key).exists(), 10,
+        until(lambda: not again.folder.path_of(key).exists(), 10,
               "the missed purge applied at start")
         assert again.session_counts().get("bus_gaps", 0) == 0  # its position was found
     finally:

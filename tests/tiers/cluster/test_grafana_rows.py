@@ -67,7 +67,7 @@ def exercise_stage_cache(folder: Path) -> None:
         soundfile.write(wav, tone, rate, format="WAV")
         assert embed(wav.getvalue()).cache == "miss"
         assert embed(wav.getvalue()).cache == "hit"
-        cache.disk.flush()
+        cache.folder.flush()
     finally:
         cache.close()
 
