@@ -115,7 +115,7 @@ class Cache:
 
     @property
     def index(self) -> Index:
-        """The cache folder's index (``tiers.index.Index``): entries, counters, ledgers."""
+        """The cache folder's index: entries, counters, ledgers."""
         return self.folder.index
 
     def report_fault(self, area: str, exc: BaseException, message: str) -> None:
