@@ -11,7 +11,9 @@ behaviour, so one server answers well-behaved misses and hostile ones at the sam
 - ``huge …``: ``Content-Length: 2147483648``, then zeros as fast as they are read;
 - ``endless …``: a chunked body of zeros that never ends;
 - ``stream …``: a good take sent as ``STREAM_CHUNKS`` chunks, one every
-  ``STREAM_SECONDS`` (an OpenAI-compatible server streaming WAV);
+  ``STREAM_SECONDS`` (an OpenAI-compatible server streaming WAV), the last held until
+  ``POST /_release`` (at most ``HOLD_SECONDS``): what a test does while a render is under
+  way depends on its word, not on the clock;
 - anything else: a good take at once.
 
 It speaks three protocols at once (``python -m tests.protocols.hostile PORT FOLDER``):
@@ -30,6 +32,7 @@ list.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import struct
@@ -42,6 +45,7 @@ import numpy as np
 
 TRICKLE_SECONDS = 2.0
 STREAM_CHUNKS, STREAM_SECONDS = 4, 0.4
+HOLD_SECONDS = 30.0
 HUGE = 2 * 1024**3
 RATE = 16000
 ZEROS = bytes(64 * 1024)
@@ -82,11 +86,15 @@ class Hostile:
         self.last: dict[str, str] | None = None
         self.engine = ToneEngine()
         self.keyer = CachedEngine(self.engine, Cache(folder))
+        self.released = asyncio.Event()
 
     async def handle(self, method: str, path: str, headers: dict[str, str], body: bytes,
                      writer: asyncio.StreamWriter) -> None:
         if path == "/_log":
             return await self.send(writer, 200, json.dumps(self.log).encode(), "application/json")
+        if path == "/_release":
+            self.released.set()
+            return await self.send(writer, 200, b"{}", "application/json")
         key = path.rsplit("/", 1)[1] if method == "GET" and path.startswith("/v1/audio/") else ""
         text = self.keys.get(key, "") if key else _text(body)
         call: dict[str, Any] = {"method": method, "path": path, "text": text,
@@ -169,6 +177,9 @@ class Hostile:
             step = len(pcm) // STREAM_CHUNKS
             for number in range(STREAM_CHUNKS):
                 await asyncio.sleep(STREAM_SECONDS)
+                if number == STREAM_CHUNKS - 1:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.released.wait(), HOLD_SECONDS)
                 piece = pcm[number * step:(number + 1) * step]
                 if number == 0:
                     piece = wav(b"", size=0xFFFFFFFF)[:44] + piece

@@ -167,6 +167,10 @@ class HostileServer:
         """The requests it received so far."""
         return httpx.get(f"{self.url}/_log", timeout=10).json()
 
+    def release(self) -> None:
+        """Let held streams send their last chunk."""
+        httpx.post(f"{self.url}/_release", timeout=10).raise_for_status()
+
 
 @contextlib.contextmanager
 def hostile_server(folder: Path) -> Iterator[HostileServer]:

@@ -1,10 +1,12 @@
 """An OpenAI-kind miss streams as the upstream streams, as GPT-SoVITS and CosyVoice misses do.
 
 The upstream (``hostile``'s well-behaved ``stream`` mode, its own process) sends a WAV in
-four chunks, 0.4 s apart, the way an OpenAI-compatible server streams; ``voxcache serve``
-is a real process in front of it; the client is the official ``openai`` package. Whether
-the first byte came before the upstream's last chunk is read from the upstream itself (how
-many chunks it had sent when the client held its first byte), not from a clock.
+four chunks, 0.4 s apart, the way an OpenAI-compatible server streams, and holds the last
+until the joiner has its first byte (on a loaded host the render once ended before the
+joiner arrived: a HIT); ``voxcache serve`` is a real process in front of it; the client is
+the official ``openai`` package. Whether the first byte came before the upstream's last
+chunk is read from the upstream itself (how many chunks it had sent when the client held
+its first byte), not from a clock.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def test_a_miss_and_its_joiner_get_audio_before_the_upstream_has_finished(tmp_pa
                 joined_pieces = joined.iter_bytes()
                 joined_first = next(joined_pieces)
                 upstream_sent_at_join = sent(upstream, text)
+                upstream.release()  # the last chunk: the render ends
                 joined_body = joined_first + b"".join(joined_pieces)
             streamed = first + b"".join(pieces)
             miss_cache = miss.headers["x-cache"]
