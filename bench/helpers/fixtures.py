@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from voxcache.audio import Audio
 from voxcache.entry import Entry, audio_entry
 
+HOT_PHRASES = Path(__file__).resolve().parents[2] / "examples" / "hot_phrases.json"
+"""Phrases real announcement and customer-service deployments repeat (a copy of the
+project's shared data, kept in the repository so a fresh clone has it)."""
 SAMPLE_RATE = 22050
 """Piper's en_US-joe-medium rate: 44.1 KB of PCM per second of speech."""
 

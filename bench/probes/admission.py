@@ -31,7 +31,9 @@ from voxcache.policies.admit.classes import TextRules
 from voxcache.policies.admit.gate import Gate
 from voxcache.testing.faulty import broken
 
-HOT = Path(__file__).resolve().parents[3] / "shared" / "data" / "hot_phrases.json"
+from ..helpers.fixtures import HOT_PHRASES
+
+HOT = HOT_PHRASES
 FAULTS = ("runaway", "truncated", "silent", "clipped", "nonfinite", "dc", "gap")
 SPEEDS = (0.75, 1.0, 1.5)
 

@@ -8,7 +8,7 @@ registries), so two workloads that can:
 
 - ``support``: agent lines in the shape of support calls — an opener clause, a body clause
   (often holding an order number, an amount, a day), a closing clause — plus the English
-  lines of /work/shared/data/hot_phrases.json; 1-2 sentences per request, openers and
+  lines of examples/hot_phrases.json; 1-2 sentences per request, openers and
   closings drawn with a Zipf skew, slots uniform;
 - ``announcements``: bench/probes/segments_replay.py's workload (few clause marks: the control).
 
@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench.helpers.fixtures import HOT_PHRASES
 from bench.probes.segments_replay import PER_CHAR, PER_SENTENCE, Metered, workload
 from voxcache.cache import Cache
 from voxcache.cached import CachedEngine
@@ -35,7 +36,7 @@ from voxcache.engines.tone import ToneEngine
 from voxcache.policies.admit import AdmissionSettings, GateSettings
 from voxcache.request import SynthesisRequest
 
-HOT = Path("/work/shared/data/hot_phrases.json")
+HOT = HOT_PHRASES
 OPENERS = ["Thanks for waiting,", "Sorry about that,", "I understand,", "Of course,", "Great,",
            "Okay,", "Thank you,", "One moment please,", "Let me check,", "Unfortunately,",
            "Good news,", "As requested,", "I see,", "Alright,"]

@@ -10,7 +10,7 @@ requests over real-looking hours; the traces say how.
 - ``skewed``, ``zipf``, ``with_scan``: static popularity (the first two) and a one-off batch job
   passing through it. Under static popularity perfect LFU is the online limit.
 - ``shifting``: a week of a chain's announcements — greetings and service phrases asked all
-  week (the head is ``/work/shared/data/hot_phrases.json``), new campaign phrases each morning
+  week (the head is ``examples/hot_phrases.json``), new campaign phrases each morning
   that are hot for a day or two and then fade, and one-off answers (``design.md``: "pure LFU
   never forgets yesterday's campaign"; ``research/tts_caches.md``: openHAB caps cached text at
   150 characters because one-off LLM answers "clog the LRU cache").
@@ -28,11 +28,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ..helpers.fixtures import HOT_PHRASES
+
 DAY = 86_400.0
 HOUR = 3_600.0
 AUDIO_BYTES_PER_CHAR = 2_070
 """16-bit PCM at 22.05 kHz: Piper's joe-medium speaks ~0.047 s per character."""
-HOT_PHRASES = Path("/work/shared/data/hot_phrases.json")
+
 OPEN_HOURS = (7.0, 23.0)
 """A store's day: announcements between 07:00 and 23:00, none at night."""
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.helpers.fixtures import HOT_PHRASES
 from voxcache.audio import Audio
 from voxcache.cache import Cache
 from voxcache.cached import CachedEngine
@@ -28,10 +29,6 @@ from voxcache.engines.tone import ToneEngine
 from voxcache.entry import audio_entry
 from voxcache.errors import UnsupportedFeature
 from voxcache.request import SynthesisRequest, resolve
-
-HOT_PHRASES = Path("/work/shared/data/hot_phrases.json")
-if not HOT_PHRASES.exists():  # a checkout beside ../shared
-    HOT_PHRASES = Path(__file__).resolve().parents[3] / "shared" / "data" / "hot_phrases.json"
 
 
 def cli(capsys: pytest.CaptureFixture[str], cache_dir: Path, *args: str,

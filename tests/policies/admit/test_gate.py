@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from gate_helpers import leaks
 
+from bench.helpers.fixtures import HOT_PHRASES
 from voxcache import Cache, CachedEngine, SynthesisRequest
 from voxcache.engines.tone import ToneEngine
 from voxcache.errors import InvalidParameter
@@ -18,7 +19,7 @@ from voxcache.policies.admit import AdmissionSettings, GateSettings, QualitySett
 from voxcache.policies.admit.classes import BUILT_IN, TextRules
 from voxcache.testing.faulty import FaultyEngine
 
-HOT = Path(__file__).resolve().parents[4] / "shared" / "data" / "hot_phrases.json"
+HOT = HOT_PHRASES
 PRIVATE = {
     "digits": ["Your order 48213 has shipped.", "您的取件码是５８３９２。"],
     "numbers": ["Order number forty-seven, please come to the counter.",

@@ -10,13 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.helpers.fixtures import HOT_PHRASES
 from voxcache import Cache, CachedEngine, SynthesisRequest
 from voxcache.audio import Audio
 from voxcache.policies.admit import GateSettings, QualitySettings
 from voxcache.policies.admit.gate import Gate
 from voxcache.testing.faulty import broken
 
-HOT = Path(__file__).resolve().parents[4] / "shared" / "data" / "hot_phrases.json"
+HOT = HOT_PHRASES
 FAULTS = {"runaway": "runaway", "truncated": "truncated", "silent": "silence",
           "clipped": "clipping", "nonfinite": "nonfinite", "dc": "dc",
           "gap": "inner_silence"}
