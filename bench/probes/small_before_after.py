@@ -18,7 +18,8 @@ from pathlib import Path
 
 import voxcache.entry as entry_module
 
-from ..suite.inline_candidates import DISKCACHE, TIER_GET, populate, reader, timings
+from ..helpers.trials import per_call
+from ..suite.inline_candidates import DISKCACHE, TIER_GET, populate, reader
 
 ROUNDS, CALLS = 10, 3_000
 SIZES = {"100 B": 100, "1 KB": 1_000, "4 KB": 4_000}
@@ -52,13 +53,13 @@ def measure(label: str, folder: Path, size: int,
         def run(n: int) -> list[float]:
             entry_module.decode_tensor_entry = decoder  # type: ignore[assignment]
             try:
-                return timings(embedding, n)
+                return per_call(embedding, n)
             finally:
                 entry_module.decode_tensor_entry = after
         return run
 
     subjects = {**{name: subject(d) for name, d in decoders.items()},
-                "diskcache": lambda n: timings(peer, n)}
+                "diskcache": lambda n: per_call(peer, n)}
     for run in subjects.values():
         run(300)  # warm-up
     medians: dict[str, list[float]] = {name: [] for name in subjects}

@@ -363,17 +363,6 @@ def kind_written(subject: str) -> str:
 
 
 # -- one process: subjects interleaved in rounds ----------------------------------------
-def timings(call: Callable[[], Any], n: int) -> list[float]:
-    """Each call timed on its own (as ``core.sample``, without its warm-up)."""
-    clock = time.perf_counter
-    samples = []
-    for _ in range(n):
-        started = clock()
-        call()
-        samples.append(clock() - started)
-    return samples
-
-
 def interleaved(calls: dict[str, Callable[[], Any]], n: int, rounds: int
                 ) -> tuple[dict[str, Stats], dict[str, list[float]]]:
     """``n`` timed calls of each subject, in ``rounds`` turns of ``n / rounds`` (the order
@@ -386,7 +375,7 @@ def interleaved(calls: dict[str, Callable[[], Any]], n: int, rounds: int
 
     def turn(subject: str) -> Callable[[], float]:
         def one() -> float:
-            batch = timings(calls[subject], max(1, n // rounds))
+            batch = trials.per_call(calls[subject], max(1, n // rounds))
             samples[subject].extend(batch)
             return statistics.median(batch)
         return one
