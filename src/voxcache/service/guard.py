@@ -16,6 +16,7 @@ import re
 from collections.abc import Collection, Mapping
 
 from fastapi import Request
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import InvalidParameter
@@ -93,6 +94,12 @@ def tenant_for(keys: dict[str, str], headers: Mapping[str, str]) -> str | None:
     return None
 
 
+def scope_tenant(keys: dict[str, str], scope: Scope) -> str | None:
+    """``tenant_for`` of an ASGI request (its headers are not even wrapped when no keys are
+    set: the plain endpoints' hits)."""
+    return tenant_for(keys, Headers(scope=scope)) if keys else DEFAULT_TENANT
+
+
 def caller_of(request: Request, tenant: str) -> str | None:
     """Who asks, as the tenant's ``[admission] caller`` names them — the API key presented,
     a header, or the peer's address — for ``admit_after``; None when the tenant does not
@@ -166,7 +173,7 @@ class BodyLimit:
             return
         task = self.deadlines.start(self.body_timeout)
         try:
-            body = await _read_body(receive, limit)
+            body = await read_body(receive, limit)
         except asyncio.CancelledError:
             if not self.deadlines.overdue(task):
                 raise
@@ -184,8 +191,9 @@ class BodyLimit:
         await self.app(scope, replay_body(body, receive), send)
 
 
-async def _read_body(receive: Receive, limit: int) -> list[bytes] | None:
-    """The body's chunks as received (not joined: no second copy); None on disconnect."""
+async def read_body(receive: Receive, limit: float = float("inf")) -> list[bytes] | None:
+    """The body's chunks as received (not joined: no second copy), or the rest of them;
+    ``_OverLimit`` past ``limit`` bytes, None on disconnect."""
     chunks: list[bytes] = []
     received = 0
     while True:

@@ -9,7 +9,8 @@ handler counts a refusal under its name) and an entry in ``/openapi.json``.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from starlette.middleware.exceptions import ExceptionMiddleware
@@ -17,6 +18,11 @@ from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .methods import literal_paths
+
+if TYPE_CHECKING:
+    from .options import ServiceOptions
+    from .serving import Server
+    from .speech_memo import SpeechMemo
 
 
 class PlainRoute(Route):
@@ -54,6 +60,34 @@ def handlers_of(app: Any) -> dict[Any, Any]:
     ``Exception`` are ``ServerErrorMiddleware``'s, outermost, for every route alike)."""
     return {key: value for key, value in app.exception_handlers.items()
             if key not in (500, Exception)}
+
+
+@dataclass(frozen=True, slots=True)
+class AppParts:
+    """What a plain endpoint reads of its app on every request."""
+
+    app: Any
+    options: ServiceOptions
+    server: Server
+    memo: SpeechMemo
+    handlers: dict[Any, Any]
+    """The app's exception handlers (``handlers_of``)."""
+
+
+class PlainEndpoint:
+    """Base of the plain endpoints: their app's parts, read from ``app.state`` once per app
+    (each attribute of Starlette's ``State`` is a Python-level lookup)."""
+
+    _parts: AppParts | None = None
+
+    def parts(self, app: Any) -> AppParts:
+        """``app``'s parts (read again only when another app calls this endpoint)."""
+        parts = self._parts
+        if parts is None or parts.app is not app:
+            state = app.state
+            parts = self._parts = AppParts(app, state.options, state.server,
+                                           state.speech_memo, handlers_of(app))
+        return parts
 
 
 async def refusing(handlers: dict[Any, Any], endpoint: ASGIApp, scope: Scope,

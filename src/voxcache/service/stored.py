@@ -20,9 +20,8 @@ from starlette.types import Receive, Scope, Send
 from ..entry import Entry
 from ..errors import NotFound
 from ..vocabulary import Outcome
-from .guard import DEFAULT_TENANT, tenant_for, tenant_from, tenant_of
-from .options import ServiceOptions
-from .plain_routes import handlers_of, mount_first, refusing
+from .guard import scope_tenant, tenant_from, tenant_of
+from .plain_routes import PlainEndpoint, mount_first, refusing
 from .ranges import RangeNotSatisfiable, byte_range
 from .serving import Server
 
@@ -34,26 +33,18 @@ ENVELOPE_HEADER = ("X-Voxcache-Envelope", "vxch")
 and ``data`` (players skip it; a client that takes bytes 44.. as samples must not)."""
 
 
-class StoredAudio:
+class StoredAudio(PlainEndpoint):
     """The ASGI endpoint of ``GET``/``HEAD /v1/audio/{key}`` (a plain Starlette route: no
     dependency injection on the hottest request). A plain GET of a take this tenant owns
     in the memory tier is one send of the verified bytes; everything else (a disk read, a
     Range or conditional request, HEAD, a refusal) builds its response in ``_full``."""
 
-    def __init__(self) -> None:
-        self._seen: tuple[Any, ServiceOptions, Server, dict[Any, Any]] | None = None
-        """(app, its options, server, exception handlers), read once per app."""
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        seen = self._seen
-        if seen is None or seen[0] is not scope["app"]:
-            app = scope["app"]
-            seen = self._seen = (app, app.state.options, app.state.server, handlers_of(app))
-        _, options, server, handlers = seen
+        parts = self.parts(scope["app"])
+        server = parts.server
         if scope["method"] == "GET":
             key = scope["path_params"]["key"]
-            keys = options.api_keys
-            tenant = tenant_for(keys, Headers(scope=scope)) if keys else DEFAULT_TENANT
+            tenant = scope_tenant(parts.options.api_keys, scope)
             names = {name for name, _ in scope["headers"]}
             entry = None if CONDITIONAL & names or not KEY.fullmatch(key) else \
                 server.cache.in_process.peek(key)  # no recency change until ownership is known
@@ -63,7 +54,7 @@ class StoredAudio:
                             "headers": _raw_headers(key, len(entry.blob))})
                 await send({"type": "http.response.body", "body": entry.blob})
                 return
-        await refusing(handlers, self._full, scope, receive, send)
+        await refusing(parts.handlers, self._full, scope, receive, send)
 
     async def _full(self, scope: Scope, receive: Receive, send: Send) -> None:
         key = scope["path_params"]["key"]

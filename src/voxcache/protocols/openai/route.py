@@ -17,7 +17,6 @@ from typing import Any
 
 import msgspec
 from fastapi import FastAPI
-from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -27,11 +26,11 @@ from ...formats import lookup
 from ...policies.seeds import parse_seed_policy
 from ...request import SynthesisRequest
 from ...service.errors import FieldRefusal, VoiceClipDropped
-from ...service.guard import DEFAULT_TENANT, set_priority, tenant_for, tenant_from
-from ...service.plain_routes import handlers_of, mount_first, refusing
+from ...service.guard import read_body, scope_tenant, set_priority, tenant_from
+from ...service.plain_routes import PlainEndpoint, mount_first, refusing
 from ...service.serving import Server
 from ...service.speech import AUDIO_RESPONSES, serve, voice_fields
-from ...service.speech_memo import Identity, SpeechMemo, answer, identity_of
+from ...service.speech_memo import Identity, answer, identity_of
 from .fields import (
     OPENAI_MODELS,
     OPENAI_PCM_RATE,
@@ -55,14 +54,9 @@ OPENAI_CODES: list[tuple[tuple[type[RequestError], ...], str]] = [
 """voxcache's refusals → OpenAI's ``code`` (others keep voxcache's class name)."""
 
 
-class SpeechEndpoint:
+class SpeechEndpoint(PlainEndpoint):
     """The ASGI endpoint: a memory hit of a remembered request, else the whole route (whose
     refusals go through the app's handlers: ``refusing``)."""
-
-    def __init__(self) -> None:
-        self._seen: tuple[Any, dict[str, str], Server, SpeechMemo, dict[Any, Any]] | None = None
-        """(app, its API keys, server, memo, exception handlers), read from ``app.state``
-        once per app: each attribute of Starlette's ``State`` is a Python-level lookup."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
@@ -71,43 +65,22 @@ class SpeechEndpoint:
             return  # the client went away
         body = message.get("body", b"")
         if message.get("more_body", False):
-            rest = await read_body(receive)
+            rest = await read_body(receive)  # BodyLimit has read and bounded it already
             if rest is None:
-                return
-            body += rest
-        seen = self._seen
-        if seen is None or seen[0] is not scope["app"]:
-            seen = self._state(scope["app"])
-        _, keys, server, memo, handlers = seen
-        tenant = tenant_for(keys, Headers(scope=scope)) if keys else DEFAULT_TENANT
+                return  # the client went away
+            body += b"".join(rest)
+        parts = self.parts(scope["app"])
+        tenant = scope_tenant(parts.options.api_keys, scope)
         identity = None if tenant is None else identity_of(tenant, body, dict(scope["headers"]))
-        if identity is not None and await answer(server, memo, identity, send, started):
+        if identity is not None and await answer(parts.server, parts.memo, identity, send,
+                                                 started):
             return
 
         async def whole_route(scope: Scope, receive: Receive, send: Send) -> None:
             response = await speech(Request(scope, receive), body, identity, started)
             await response(scope, receive, send)
 
-        await refusing(handlers, whole_route, scope, receive, send)
-
-    def _state(self, app: Any) -> tuple[Any, dict[str, str], Server, SpeechMemo, dict[Any, Any]]:
-        state = app.state
-        self._seen = (app, state.options.api_keys, state.server, state.speech_memo,
-                      handlers_of(app))
-        return self._seen
-
-
-async def read_body(receive: Receive) -> bytes | None:
-    """The whole body, or the rest of it (``BodyLimit`` has read and bounded it already);
-    None on disconnect."""
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+        await refusing(parts.handlers, whole_route, scope, receive, send)
 
 
 async def speech(request: Request, raw: bytes, identity: Identity | None,
