@@ -50,11 +50,16 @@ class AudioResponse(Response):
                          headers={**headers, "Content-Length": str(length)})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": self.status_code,
-                    "headers": self.raw_headers})
-        last = len(self.parts) - 1
-        for index, part in enumerate(self.parts):
-            await send({"type": "http.response.body", "body": part, "more_body": index < last})
+        await send_parts(send, self.status_code, self.raw_headers, self.parts)
+
+
+async def send_parts(send: Send, status: int, headers: list[tuple[bytes, bytes]],
+                     parts: Sequence[Part]) -> None:
+    """A whole body as the parts it is made of, one message each (nothing joined)."""
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    last = len(parts) - 1
+    for index, part in enumerate(parts):
+        await send({"type": "http.response.body", "body": part, "more_body": index < last})
 
 
 def etag(key: str, fmt: Format, sample_rate: int) -> str:

@@ -21,7 +21,7 @@ from ..formats import Format
 from ..outcome import Take
 from ..resolved import ResolvedRequest
 from ..vocabulary import Outcome
-from .respond import held_parts, hit_headers
+from .respond import held_parts, hit_headers, send_parts
 
 HIT = Outcome.HIT.header
 MAX_ENTRIES = 4096
@@ -124,10 +124,6 @@ async def answer(server: Any, memo: SpeechMemo, identity: Identity, send: Send,
         known = memo.answers[cache_key] = Answer(take, hit_headers(
             Take.whole(result), decision.fmt, sum(len(part) for part in parts)), prefix)
     server.metrics.first_audio(HIT, time.perf_counter() - started)
-    await send({"type": "http.response.start", "status": 200, "headers": known.headers})
-    *before, last = parts
-    for part in before:
-        await send({"type": "http.response.body", "body": part, "more_body": True})
-    await send({"type": "http.response.body", "body": last, "more_body": False})
+    await send_parts(send, 200, known.headers, parts)
     server.metrics.request("speech", HIT, 200)
     return True

@@ -23,6 +23,7 @@ from ..vocabulary import Outcome
 from .guard import scope_tenant, tenant_from, tenant_of
 from .plain_routes import PlainEndpoint, mount_first, refusing
 from .ranges import RangeNotSatisfiable, byte_range
+from .respond import send_parts
 from .serving import Server
 
 router = APIRouter()
@@ -50,9 +51,7 @@ class StoredAudio(PlainEndpoint):
                 server.cache.in_process.peek(key)  # no recency change until ownership is known
             if entry is not None and entry.header.meta.get("tenant", "default") == tenant:
                 server.cache.in_process.touch(key)
-                await send({"type": "http.response.start", "status": 200,
-                            "headers": _raw_headers(key, len(entry.blob))})
-                await send({"type": "http.response.body", "body": entry.blob})
+                await send_parts(send, 200, _raw_headers(key, len(entry.blob)), (entry.blob,))
                 return
         await refusing(parts.handlers, self._full, scope, receive, send)
 
