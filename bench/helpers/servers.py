@@ -155,5 +155,3 @@ def bare_asgi(path: Path, workers: int, log: Path, cpus: set[int] | None = None
         yield f"http://127.0.0.1:{port}"
     finally:
         stop(proc)
-
-

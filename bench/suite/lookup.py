@@ -169,4 +169,3 @@ def run(ctx: Context) -> None:
     ctx.plot("latency", plots.grouped_bars(
         list(SIZES), {s: [by_size[g][s].median * 1e6 for g in SIZES] for s in subjects},
         "median µs (log)", "Hit latency by entry size"))
-

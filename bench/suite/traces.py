@@ -277,4 +277,3 @@ def next_use(items: np.ndarray) -> np.ndarray:
     same = items[order[1:]] == items[order[:-1]]
     out[order[:-1][same]] = order[1:][same]
     return out
-

@@ -218,4 +218,3 @@ class Index(IndexFile):
                         copied += db.execute(f"INSERT OR IGNORE INTO {table} VALUES ({marks})",
                                              row).rowcount
         return copied
-

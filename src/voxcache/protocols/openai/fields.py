@@ -27,8 +27,6 @@ VALIDATION = "ValidationError"
 """The ``code`` of a refusal no single field is at fault for (pydantic's word, kept)."""
 
 
-
-
 class VoiceRef(msgspec.Struct, forbid_unknown_fields=True):
     """OpenAI's custom-voice form: ``{"id": "vc_..."}``."""
 
