@@ -122,13 +122,22 @@ def test_a_load_run_through_killed_and_restarted_servers(fresh_redis: RedisServe
                 problems.append(f"{type(exc).__name__}: {exc}")
             slowest[0] = max(slowest[0], time.monotonic() - started)
 
+    def served_while(condition: str, tier: str) -> None:
+        """Wait until ``tier`` answers a read (it was not before): each phase lasts until
+        the load has gone through it, however slow a loaded machine makes the calls."""
+        before = tiers_seen.get(tier, 0)
+        deadline = time.monotonic() + 40  # a breaker opened by a slow call retries by then
+        while tiers_seen.get(tier, 0) == before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert tiers_seen.get(tier, 0) > before, f"{tier} served no read {condition}"
+
     threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
     for thread in threads:
         thread.start()
     try:
-        time.sleep(0.5)
+        served_while("before the kills", "redis")
         fresh_redis.kill()
-        time.sleep(0.5)
+        served_while("while Redis was down", "s3")
         fresh_s3.kill()
         time.sleep(0.5)
         fresh_redis.start()
@@ -148,7 +157,7 @@ def test_a_load_run_through_killed_and_restarted_servers(fresh_redis: RedisServe
     assert faults["tier_redis_errors"] > 0 and faults["tier_s3_errors"] > 0  # the kills hit
     assert slowest[0] < 5.0  # connect 0.3 s, read 0.5/1 s, one retry: a call never hangs
     assert stack.health()["redis"].state == "ok" and stack.health()["s3"].state == "ok"
-    assert {"memory", "redis", "s3"} <= set(tiers_seen)
+    assert "memory" in tiers_seen
     late = make_audio_entry(999)
     assert stack.put(late)  # both servers are used again, by the same tier objects
     assert raw_redis(fresh_redis.url).exists(stack.tiers[1].keys.entry(late.header.key,
