@@ -27,5 +27,9 @@ fi
 # compiled modules, so each process compiled the package anew (packs/test_pack_rollback.py:
 # 20.1 s of CPU, 15.4 s with them). Compiling once here (~0.5 s) lets them all read them.
 .venv/bin/python -m compileall -q src tests bench
+# numpy's OpenBLAS starts a thread per core in every process and spins them after each
+# call; the suite runs a worker per core and starts ~650 Python processes, none of which
+# needs a parallel BLAS (voxcache's own array work is element-wise).
+export OPENBLAS_NUM_THREADS=1
 # --durations=20: the slowest phases named in every run, where the time goes
 exec .venv/bin/python -m pytest -q --durations=20 "${parallel[@]}" "$@"
