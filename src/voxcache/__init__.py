@@ -10,9 +10,7 @@ from .engines import load_engine
 from .errors import VoxcacheError
 from .params import ParamSpec
 from .request import SynthesisRequest
-
-__version__ = "0.2.0"
-"""This release (pyproject.toml reads it; what each release changed: CHANGELOG.md)."""
+from .version import __version__
 
 __all__ = [
     "Audio",

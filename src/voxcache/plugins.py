@@ -8,14 +8,20 @@ which plugin, from which distribution, and the import error.
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidParameter, PluginLoadError
 
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
 
 def registered(group: str) -> dict[str, EntryPoint]:
-    """The entry points of ``group`` by name (read anew: a plugin installed since counts)."""
+    """The entry points of ``group`` by name (read anew: a plugin installed since counts).
+    ``importlib.metadata`` is imported here, by the first use of a name not built in: it
+    costs every process ~12 ms, and most never ask."""
+    from importlib.metadata import entry_points
+
     return {point.name: point for point in entry_points(group=group)}
 
 
@@ -25,20 +31,21 @@ def origin(point: EntryPoint) -> str:
     return f" from {dist.name} {dist.version}" if dist is not None else ""
 
 
-def load_target(point: EntryPoint, what: str, *, error: type[Exception] = PluginLoadError,
+def load_target(target: str, what: str, *, error: type[Exception] = PluginLoadError,
                 spelled: str = "package.module:Class") -> Any:
-    """The object ``point`` names; any failure to import it is ``error`` naming ``what``."""
-    module, _, attribute = point.value.partition(":")
+    """The object ``target`` (an entry point's value, ``module:attribute``) names; any
+    failure to import it is ``error`` naming ``what``."""
+    module, _, attribute = target.partition(":")
     if not module or not attribute:
         raise InvalidParameter(f"{what}: write it as {spelled}")
     try:
-        target: Any = importlib.import_module(module)
+        found: Any = importlib.import_module(module)
         for part in attribute.split("."):
-            target = getattr(target, part)
+            found = getattr(found, part)
     except ImportError as exc:
         raise error(f"{what} could not be imported: {type(exc).__name__}: {exc}") from None
     except AttributeError as exc:
         raise error(f"{what}: {exc}") from None
     except Exception as exc:  # a plugin whose import fails in any other way
         raise error(f"{what} failed while importing: {type(exc).__name__}: {exc}") from None
-    return target
+    return found

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, PackageNotFoundError, version
 
 from .errors import EngineLoadError, InvalidParameter
 from .plugins import load_target, registered
+from .version import __version__
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +55,10 @@ class Registry:
         return [entry.name for entry in self.installed()]
 
     def find(self, name: str) -> Installed | None:
-        """The entry ``name`` names, or None."""
+        """The entry ``name`` names, or None (a built-in name without reading the installed
+        distributions' entry points: a scan of every one of them)."""
+        if name in self.builtin:
+            return Installed(name, self.builtin[name], _ours())
         return next((entry for entry in self.installed() if entry.name == name), None)
 
     def load(self, name: str, unknown: Callable[[str], str]) -> type:
@@ -71,7 +74,7 @@ class Registry:
     def imported(self, target: str, what: str) -> type:
         """Import ``module:Class`` (through ``voxcache.plugins``, the loader every plugin group
         uses) and check it is a ``base``; ``what`` names it in errors."""
-        found = load_target(EntryPoint(target, target, self.group), what, error=EngineLoadError)
+        found = load_target(target, what, error=EngineLoadError)
         if not (isinstance(found, type) and issubclass(found, self.base)):
             raise EngineLoadError(f"{what} is not a {self.base.__module__}."
                                   f"{self.base.__qualname__} subclass")
@@ -80,7 +83,4 @@ class Registry:
 
 def _ours() -> str:
     """``voxcache VERSION``, as an entry point of this distribution would name it."""
-    try:
-        return f"voxcache {version('voxcache')}"
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "voxcache (not installed)"
+    return f"voxcache {__version__}"

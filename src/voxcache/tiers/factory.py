@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import InvalidParameter
 from .base import Tier
-from .registry import BUILTIN, SHARED_EXTRA, TierKind, forms, kind_of, kinds, scheme_of
+from .registry import BUILTIN, SHARED_EXTRA, TierKind, forms, kind_of, kinds_for, scheme_of
 from .remote import ObjectStore, redacted
 
 __all__ = ["FORMS", "SHARED_EXTRA", "close_all", "split_tier_list", "tier_from_url",
@@ -32,7 +32,7 @@ def tier_from_url(url: str, *, object_tier: ObjectStore | None = None,
                   **options: Any) -> Tier:
     """The tier ``url`` names. ``object_tier`` is where a Redis tier stores entries over
     its inline limit; ``options`` are the tier's own settings (``root`` for disk)."""
-    kind = _known(url, kinds())
+    kind = _known(url, kinds_for([url]))
     peers = {} if object_tier is None else {name: object_tier for name in kind.after}
     return kind.build(url.strip(), dict(options), peers)  # type: ignore[arg-type]  # an S3 peer
 
@@ -42,7 +42,7 @@ def tiers_from_urls(urls: Sequence[str], *,
     """Every tier of a configured list, in its order; ``options`` by tier name
     (``{"disk": {"root": …}, "redis": {"inline_limit": …}}``). If one cannot be built, the
     ones built already are closed before the error goes up."""
-    table = kinds()
+    table = kinds_for(urls)
     if not urls:
         raise InvalidParameter(f"the tier list is empty; name at least one of: "
                                f"{', '.join(forms(table))}")

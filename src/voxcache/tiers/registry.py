@@ -8,7 +8,7 @@ engines use (``voxcache.plugins``). A plugin cannot take over a shipped scheme.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,8 @@ from ..vocabulary import TierName
 from .base import Tier
 from .memory import DEFAULT_KIND_BUDGET, MemoryTier
 
-__all__ = ["BUILTIN", "DEFAULT_KIND_BUDGET", "GROUP", "TierKind", "kind_of", "kinds"]
+__all__ = ["BUILTIN", "DEFAULT_KIND_BUDGET", "GROUP", "TierKind", "kind_of", "kinds",
+           "kinds_for"]
 
 GROUP = "voxcache.tiers"
 SHARED_EXTRA = "pip install 'voxcache[shared]'"
@@ -94,6 +95,15 @@ def kinds() -> dict[str, TierKind]:
     return found
 
 
+def kinds_for(spellings: Sequence[str]) -> Mapping[str, TierKind]:
+    """The table to read ``spellings`` with: the shipped kinds when they name only those
+    (the plugins are found by scanning every installed distribution's entry points),
+    else every kind."""
+    if spellings and all(kind_of(spelling, BUILTIN) for spelling in spellings):
+        return BUILTIN
+    return kinds()
+
+
 def forms(table: Mapping[str, TierKind]) -> tuple[str, ...]:
     """How each kind of ``table`` is written, in order."""
     return tuple(form for kind in table.values() for form in kind.forms)
@@ -116,7 +126,7 @@ def _plugin(point: Any) -> Build:
     what = f"tier plugin {point.name!r} ({point.value}{origin(point)})"
 
     def build(spelling: str, options: dict[str, Any], peers: Mapping[str, Tier]) -> Tier:
-        factory = load_target(point, what, spelled="package.module:factory")
+        factory = load_target(point.value, what, spelled="package.module:factory")
         if not callable(factory):
             raise PluginLoadError(f"{what} is not callable")
         tier = factory(spelling, **options)

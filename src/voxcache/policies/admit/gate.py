@@ -15,15 +15,17 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...audio import Audio
 from ...cache import Cache
 from ...resolved import ResolvedRequest
 from . import quality
 from .callers import Callers, caller_hash
-from .classes import TextRules
-from .settings import GateSettings
+from .settings import GateSettings, text_rules
+
+if TYPE_CHECKING:
+    from .classes import TextRules
 
 log = logging.getLogger("voxcache.admit")
 
@@ -44,9 +46,10 @@ class Gate:
         """Whether the engine renders speech (``Engine.speech``): the duration and pause
         checks apply only then."""
         self._report = report or cache.report_fault
-        self._rules: dict[str, TextRules] = {"": TextRules(settings.admission.never_store)}
-        for tenant, admission in settings.tenants.items():
-            self._rules[tenant] = TextRules(admission.never_store)
+        self._rules: dict[str, TextRules | None] = {
+            "": text_rules(settings.admission.never_store),
+            **{tenant: text_rules(admission.never_store)
+               for tenant, admission in settings.tenants.items()}}
         self._callers: Callers | None = None
         if any(a.admit_after > 1 for a in (settings.admission, *settings.tenants.values())):
             self._callers = Callers(cache, self._report)

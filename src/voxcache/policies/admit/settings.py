@@ -14,9 +14,12 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import InvalidParameter
+
+if TYPE_CHECKING:
+    from .classes import TextRules
 
 DAY = 86400.0
 
@@ -186,12 +189,20 @@ def _coerce(default: Any, value: Any) -> Any:
     return value
 
 
-def _check(settings: GateSettings) -> None:
+def text_rules(names: tuple[str, ...]) -> TextRules | None:
+    """The detectors of ``never_store`` (None for none): their module, whose expressions
+    take ~15 ms to compile, is imported only where some class of text is refused."""
+    if not names:
+        return None
     from .classes import TextRules
 
+    return TextRules(names)
+
+
+def _check(settings: GateSettings) -> None:
     for name, admission in [("admission", settings.admission),
                             *((f"tenants.{t}.admission", a) for t, a in settings.tenants.items())]:
-        TextRules(admission.never_store)  # refuses an unknown class or a bad pattern
+        text_rules(admission.never_store)  # refuses an unknown class or a bad pattern
         if admission.admit_after < 1:
             raise InvalidParameter(f"[{name}] admit_after must be 1 or more, got "
                                    f"{admission.admit_after}")
