@@ -59,7 +59,7 @@ def _load_voice(model_path: Path, threads: int) -> Any:
     options.inter_op_num_threads = 1
     # onnxruntime's pool threads spin between operators by default: on a host that is also
     # answering hits that is CPU taken from them for nothing (5 renders beside two busy
-    # processes: 2.84 CPU-s spinning, 2.24 not; the same bytes either way).
+    # processes: 2.73 CPU-s spinning, 2.16 not; the same bytes: bench.probes.onnx_spinning).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     config = json.loads(Path(f"{model_path}.json").read_text(encoding="utf-8"))
     return PiperVoice(
