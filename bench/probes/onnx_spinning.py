@@ -22,26 +22,15 @@ TEXT = ("Attention please, the train to Central Station will depart from platfor
 
 
 def one_side(spinning: str) -> str:
-    """Load the bundled voice at two threads with ``spinning`` ("0"/"1"); render ``TEXT``
-    ``RENDERS`` times at zero noise; "cpu wall digest"."""
-    import json
+    """Load the bundled voice as the engine does, at two threads, with ``spinning`` ("0"/"1");
+    render ``TEXT`` ``RENDERS`` times at zero noise; "cpu wall digest"."""
+    from piper.config import SynthesisConfig
 
-    import onnxruntime
-    from piper import PiperVoice
-    from piper.config import PiperConfig, SynthesisConfig
+    from voxcache.engines.piper import default_model_path, session_options, voice_with
 
-    from voxcache.engines.piper import default_model_path
-
-    model = default_model_path()
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 2
-    options.inter_op_num_threads = 1
+    options = session_options(2)  # the engine's, spinning off; "1" overrides it
     options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
-    voice = PiperVoice(
-        config=PiperConfig.from_dict(json.loads(model.with_name(f"{model.name}.json")
-                                                .read_text())),
-        session=onnxruntime.InferenceSession(str(model), sess_options=options,
-                                             providers=["CPUExecutionProvider"]))
+    voice = voice_with(default_model_path(), options)
     config = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
 
     def render() -> bytes:

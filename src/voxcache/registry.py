@@ -16,6 +16,9 @@ from .errors import EngineLoadError, InvalidParameter
 from .plugins import load_target, registered
 from .version import __version__
 
+OURS = f"voxcache {__version__}"
+"""The distribution of the built-in names, as an entry point of voxcache's would name it."""
+
 
 @dataclass(frozen=True, slots=True)
 class Installed:
@@ -41,7 +44,7 @@ class Registry:
 
     def installed(self) -> list[Installed]:
         """Every registered name, sorted: the built-in ones, then plugins."""
-        found = {name: Installed(name, target, _ours())
+        found = {name: Installed(name, target, OURS)
                  for name, target in self.builtin.items()}
         for point in registered(self.group).values():
             if point.name not in self.builtin:
@@ -58,7 +61,7 @@ class Registry:
         """The entry ``name`` names, or None (a built-in name without reading the installed
         distributions' entry points: a scan of every one of them)."""
         if name in self.builtin:
-            return Installed(name, self.builtin[name], _ours())
+            return Installed(name, self.builtin[name], OURS)
         return next((entry for entry in self.installed() if entry.name == name), None)
 
     def load(self, name: str, unknown: Callable[[str], str]) -> type:
@@ -81,6 +84,3 @@ class Registry:
         return found
 
 
-def _ours() -> str:
-    """``voxcache VERSION``, as an entry point of this distribution would name it."""
-    return f"voxcache {__version__}"

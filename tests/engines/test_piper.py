@@ -56,7 +56,7 @@ def test_async_with_piper(cached_piper):
 
 def test_the_voice_does_not_spin_between_operators(piper):
     """onnxruntime's pool threads spin for more work by default, taking CPU a loaded host's
-    hits and other renders need (docs/benchmarks.md: the spinning probe)."""
+    hits and other renders need (docs/internals/benchmarks.md, bench.probes.onnx_spinning)."""
     options = piper.voice.session.get_session_options()
     assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     assert options.intra_op_num_threads == piper.threads

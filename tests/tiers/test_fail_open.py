@@ -18,6 +18,7 @@ from voxcache.tiers.redis import RedisTier
 from voxcache.tiers.remote import Counters
 from voxcache.tiers.s3 import S3Tier
 
+from .cluster.conftest import until
 from .conftest import raw_redis
 
 log = logging.getLogger("test.fail_open")
@@ -124,12 +125,10 @@ def test_a_load_run_through_killed_and_restarted_servers(fresh_redis: RedisServe
 
     def served_while(condition: str, tier: str) -> None:
         """Wait until ``tier`` answers a read (it was not before): each phase lasts until
-        the load has gone through it, however slow a loaded machine makes the calls."""
+        the load has gone through it, however slow a loaded machine makes the calls (40 s:
+        a breaker opened by a slow call retries by then)."""
         before = tiers_seen.get(tier, 0)
-        deadline = time.monotonic() + 40  # a breaker opened by a slow call retries by then
-        while tiers_seen.get(tier, 0) == before and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert tiers_seen.get(tier, 0) > before, f"{tier} served no read {condition}"
+        until(lambda: tiers_seen.get(tier, 0) > before, 40, f"a read {tier} served {condition}")
 
     threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
     for thread in threads:

@@ -50,9 +50,12 @@ def default_model_path() -> Path:
 @functools.lru_cache(maxsize=4)
 def _load_voice(model_path: Path, threads: int) -> Any:
     """Load a voice once per (model, thread count) and share it."""
+    return voice_with(model_path, session_options(threads))
+
+
+def session_options(threads: int) -> Any:
+    """onnxruntime's options for a voice: ``threads`` for each operator, one at a time."""
     import onnxruntime
-    from piper import PiperVoice
-    from piper.config import PiperConfig
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
@@ -61,6 +64,15 @@ def _load_voice(model_path: Path, threads: int) -> Any:
     # answering hits that is CPU taken from them for nothing (5 renders beside two busy
     # processes: 2.73 CPU-s spinning, 2.16 not; the same bytes: bench.probes.onnx_spinning).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
+def voice_with(model_path: Path, options: Any) -> Any:
+    """The Piper voice at ``model_path`` (its config beside it), run with ``options``."""
+    import onnxruntime
+    from piper import PiperVoice
+    from piper.config import PiperConfig
+
     config = json.loads(Path(f"{model_path}.json").read_text(encoding="utf-8"))
     return PiperVoice(
         config=PiperConfig.from_dict(config),
