@@ -173,12 +173,32 @@ class TierStack:
 
         With the shared tiers' answer in time, this folder holds what they hold (another
         node's take replaces one another process here stored); without it, the folder's
-        first writer wins here and the publisher adopts the shared tiers' take when it
-        comes (``adopt``)."""
+        first writer wins here, and the shared tiers' take is adopted when it comes — by
+        this call if it came while this folder was being written (an adoption then would
+        have been overwritten), else by the publisher."""
         publisher = self.publisher
-        queued = published = None
-        if publisher is not None and wait > 0:
-            queued, published = entry, publisher.submit(entry, tenant, wait=wait)
+        lead = None if publisher is None or wait <= 0 else publisher.lead(entry, tenant, wait)
+        try:
+            winner, held = self._store_here(entry, None if lead is None else lead.outcome,
+                                            tenant, pinned, pin_until)
+        finally:
+            late = None if publisher is None or lead is None else publisher.release(lead)
+        if late is not None and not same_take(late, winner):
+            self.adopt(winner, late)
+            winner = late
+        elif publisher is not None and late is None and (
+                lead is None or not same_take(entry, winner)):
+            publisher.submit(winner, tenant)  # the take this folder holds is the one to share
+        if held is None and not self._durable:  # memory alone: stored once it holds it
+            return winner if any(t.contains(entry.header.key, entry.header.kind)
+                                 for t in self._private) else None
+        return None if held is None else winner
+
+    def _store_here(self, entry: Entry, published: Entry | None, tenant: str, pinned: bool,
+                    pin_until: float | None) -> tuple[Entry, Entry | None]:
+        """Hold ``published`` (or, not known, ``entry`` unless another process here stored
+        a take first) in this folder and this process: (the take held, what a durable tier
+        answered)."""
         winner = entry if published is None else published
         held: Entry | None = published
         for tier in self._local_durable:
@@ -195,13 +215,7 @@ class TierStack:
         for tier in self._private:
             self.call(tier, "put", partial(tier.replace, winner, tenant=tenant),
                       False)
-        if publisher is not None and published is None and (
-                queued is None or not same_take(queued, winner)):
-            publisher.submit(winner, tenant)  # the take this folder holds is the one to share
-        if held is None and not self._durable:  # memory alone: stored once it holds it
-            return winner if any(t.contains(entry.header.key, entry.header.kind)
-                                 for t in self._private) else None
-        return None if held is None else winner
+        return winner, held
 
     def adopt(self, ours: Entry, winner: Entry) -> None:
         """The shared tiers published another take of ``ours``'s key: hold ``winner`` in

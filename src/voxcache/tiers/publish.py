@@ -63,6 +63,19 @@ def same_take(a: Entry, b: Entry) -> bool:
 
 
 @dataclass(slots=True)
+class Lead:
+    """A leader's publication (``Publisher.lead``): the take the shared tiers decided, once
+    known, and whether the leader is still storing a take in this folder."""
+
+    outcome: Entry | None = None
+    storing: bool = True
+    """Until ``Publisher.release``: an adoption now would be overwritten by the leader's own
+    writes, so the leader adopts the outcome itself."""
+    done: threading.Event = field(default_factory=threading.Event)
+    """The first attempt is over (decided or not)."""
+
+
+@dataclass(slots=True)
 class _Job:
     entry: Entry
     tenant: str
@@ -73,9 +86,8 @@ class _Job:
     started: float = field(default_factory=time.monotonic)
     attempt: int = 0
     outcome: Entry | None = None
-    done: threading.Event = field(default_factory=threading.Event)
-    waiting: bool = False
-    """The submitter waits for the outcome (it will store the published take itself)."""
+    lead: Lead | None = None
+    """The leader of this write (``Publisher.lead``), kept across retries."""
 
     @property
     def key(self) -> str:
@@ -117,22 +129,30 @@ class Publisher:
         self._adopt = adopt
 
     # -- submitting --------------------------------------------------------------------
-    def submit(self, entry: Entry, tenant: str = "", *, wait: float = 0.0,
-               below: int | None = None) -> Entry | None:
+    def submit(self, entry: Entry, tenant: str = "", *, below: int | None = None) -> None:
         """Queue ``entry`` for the shared tiers (only those above index ``below`` of
-        ``tiers``, for a take promoted from there: it is the key's take already); with
-        ``wait``, the take the shared tiers hold afterwards if known within ``wait``
-        seconds, else None (the outcome is adopted when it comes)."""
+        ``tiers``, for a take promoted from there: it is the key's take already); a losing
+        take is adopted when the outcome comes."""
         tiers = self.tiers if below is None else self.tiers[:below]
-        if not tiers:
-            return None
-        job = _Job(entry, tenant, tiers[::-1], decided=below is not None, waiting=wait > 0)
-        if not self._queue(job) or wait <= 0:
-            return None
-        job.done.wait(wait)
-        with self._cond:  # the worker adopts the outcome unless we are still here to take it
-            job.waiting = False
-            return job.outcome
+        if tiers:
+            self._queue(_Job(entry, tenant, tiers[::-1], decided=below is not None))
+
+    def lead(self, entry: Entry, tenant: str, wait: float) -> Lead:
+        """Queue a leader's fresh take and wait up to ``wait`` s for the take the shared
+        tiers decide (``Lead.outcome``, None if not known by then). Nothing is adopted for
+        it until ``release``: the leader is storing a take here meanwhile."""
+        lead = Lead()
+        if self.tiers and self._queue(_Job(entry, tenant, self.tiers[::-1], decided=False,
+                                           lead=lead)):
+            lead.done.wait(wait)
+        return lead
+
+    def release(self, lead: Lead) -> Entry | None:
+        """The leader has stored its take here: the outcome decided by now, for the leader
+        to hold (None: not decided yet, and the publisher adopts it when it is)."""
+        with self._cond:
+            lead.storing = False
+            return lead.outcome
 
     def _queue(self, job: _Job, at: float | None = None) -> bool:
         size = job.entry.size
@@ -161,7 +181,8 @@ class Publisher:
         if shed:
             for tier in job.tiers:
                 self._count(TierCount.WRITES_SHED.of(tier.name), 1)
-        job.done.set()
+        if job.lead is not None:
+            job.lead.done.set()
         return False
 
     # -- the workers ---------------------------------------------------------------------
@@ -219,11 +240,15 @@ class Publisher:
                 self._count(TierCount.REALIGNED.of(tier.name), 1)
                 self._run(tier, "replace", partial(
                     tier.replace, winner, tenant=job.tenant), False)
+        lead = job.lead
         with self._cond:
             job.outcome = winner
-            taken = job.waiting  # the submitter stores the winner itself
-        job.done.set()
-        if winner is not None and not taken and not same_take(winner, job.entry):
+            if lead is not None and winner is not None:
+                lead.outcome = winner
+            storing = lead is not None and lead.storing  # the leader adopts it itself
+        if lead is not None:
+            lead.done.set()
+        if winner is not None and not storing and not same_take(winner, job.entry):
             self._count("takes_adopted", 1)
             self._adopt(job.entry, winner)
         return failed
@@ -239,7 +264,8 @@ class Publisher:
                 self._count(TierCount.WRITES_FAILED.of(tier.name), 1)
             return False
         again = _Job(job.outcome or job.entry, job.tenant, job.tiers if job.decided
-                     else self.tiers[::-1], job.decided, job.started, job.attempt + 1)
+                     else self.tiers[::-1], job.decided, job.started, job.attempt + 1,
+                     lead=job.lead)
         self._figures["retried"] += 1
         return self._queue(again, at=time.monotonic() + delay)
 
@@ -278,7 +304,8 @@ class Publisher:
             for job in dropped:
                 self._bytes -= job.entry.size
                 self._settled(key)
-                job.done.set()
+                if job.lead is not None:
+                    job.lead.done.set()
         self.wait_for(key, DRAIN_SECONDS)
 
     # -- figures ---------------------------------------------------------------------------

@@ -84,13 +84,16 @@ def test_duplicate_renders_converge_on_the_first_published_take(
                 key = answers[0].headers["x-cache-key"]
                 for node in group:
                     until(lambda n=node: _published(n), 60, f"node {node.name}'s publication")
-                after = [samples(node.speak(text)) for node in group for _ in range(2)]
+                heard = [(node.name, node.speak(text)) for node in group for _ in range(2)]
+                after = [samples(answer) for _, answer in heard]
                 published = _object_pcm(s3_server, bucket, key)
                 renders = sum(node.syntheses() for node in group) - before
                 rows.append((renders, len({samples(a) for a in answers}), len(set(after))))
+                served = [(name, a.headers["x-cache-tier"], samples(a) == published)
+                          for name, a in heard]
                 assert set(after) == {published}, (
                     f"{text!r}: {len(set(after))} takes served after publication "
-                    f"({renders} renders)")
+                    f"({renders} renders); node, tier, the published take: {served}")
             print("\nrenders, takes heard in the round, takes served after publication:")
             for row in rows:
                 print("  ", row)
