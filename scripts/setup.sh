@@ -28,3 +28,9 @@ fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -c constraints.txt -e ".[${VOXCACHE_EXTRAS:-piper,service}]"
+# Speaker embeddings ([embeddings]): librosa, under resemblyzer's preprocessing, compiles its
+# numba kernels on first use and caches them beside its modules (~13 CPU-s once): done here,
+# at install, rather than on the first voice a service is sent.
+if .venv/bin/python -c 'import resemblyzer' 2>/dev/null; then
+  .venv/bin/python -c 'from voxcache.service.voice_artifacts import shared_encoder; shared_encoder()'
+fi

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +21,8 @@ from voxcache.stages.embeddings import SAME_SPEAKER_THRESHOLD, SpeakerEmbeddings
 from .conftest import espeak, pitch_shifted, wav_bytes
 
 WORKER = Path(__file__).with_name("stage_worker.py")
+COLLECTED = time.time()
+"""When this module was collected: every worker collects every file before any test runs."""
 
 
 def resaved(clip: bytes, fmt: str) -> bytes:
@@ -111,3 +116,21 @@ def test_without_the_extra_the_message_names_the_install_command():
     out = subprocess.run([sys.executable, "-c", MISSING], capture_output=True, text=True,
                          check=True, timeout=60).stdout
     assert "pip install 'voxcache[embeddings]'" in out, out
+
+
+
+def test_the_encoders_kernels_were_compiled_at_install() -> None:
+    """librosa compiles its numba kernels on first use (~13 CPU-s): ``scripts/setup.sh``
+    does it at install, so no test and no service's first voice pays for it here. A fresh
+    process's encoder loads every kernel it needs from the cache, compiles none, and each
+    was cached before this session began."""
+    pytest.importorskip("resemblyzer")
+    warm = subprocess.run(
+        [sys.executable, "-c", "from voxcache.service.voice_artifacts import shared_encoder; "
+         "shared_encoder()"], capture_output=True, text=True, timeout=120, check=True,
+        env={**os.environ, "NUMBA_DEBUG_CACHE": "1"})
+    assert "data saved" not in warm.stdout, warm.stdout[-2000:]
+    kernels = {Path(p) for p in re.findall(r"index loaded from '([^']+)'", warm.stdout)}
+    assert kernels, "the encoder loaded no cached kernel: scripts/setup.sh warms them"
+    late = sorted(k.name for k in kernels if k.stat().st_mtime >= COLLECTED - 1)
+    assert not late, f"kernels compiled during this session, not at install: {late}"
