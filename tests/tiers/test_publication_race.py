@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from pathlib import Path
 
 from voxcache.entry import Entry
@@ -62,7 +63,8 @@ def test_a_publication_decided_during_the_leaders_own_writes_still_wins(tmp_path
     winner, ours = make_audio_entry(5, take=1), make_audio_entry(5, take=2)
     key = ours.header.key
     shared = HeldShared(winner)
-    publisher = Publisher([shared])
+    counts: Counter[str] = Counter()
+    publisher = Publisher([shared], count=lambda name, n: counts.update({name: n}))
     memory = InterruptedMemory(ours, shared, publisher)
     disk = DiskTier(tmp_path / "c")
     faults = FaultLog(logging.getLogger("test"), lambda name, n: None)
@@ -75,6 +77,7 @@ def test_a_publication_decided_during_the_leaders_own_writes_still_wins(tmp_path
         assert {name: entry is not None and entry.blob == winner.blob
                 for name, entry in held.items()} == {"memory": True, "disk": True}
         assert stack.get(key)[0].blob == winner.blob
+        assert counts["takes_adopted"] == 1
     finally:
         publisher.close()
         disk.close()

@@ -178,16 +178,18 @@ class TierStack:
         have been overwritten), else by the publisher."""
         publisher = self.publisher
         lead = None if publisher is None or wait <= 0 else publisher.lead(entry, tenant, wait)
+        winner, held = entry, None
         try:
             winner, held = self._store_here(entry, None if lead is None else lead.outcome,
                                             tenant, pinned, pin_until)
         finally:
-            late = None if publisher is None or lead is None else publisher.release(lead)
-        if late is not None and not same_take(late, winner):
+            late = None if publisher is None or lead is None else publisher.release(lead,
+                                                                                    winner)
+        if late is not None:
             self.adopt(winner, late)
             winner = late
-        elif publisher is not None and late is None and (
-                lead is None or not same_take(entry, winner)):
+        elif publisher is not None and (lead is None or (
+                lead.outcome is None and not same_take(entry, winner))):
             publisher.submit(winner, tenant)  # the take this folder holds is the one to share
         if held is None and not self._durable:  # memory alone: stored once it holds it
             return winner if any(t.contains(entry.header.key, entry.header.kind)

@@ -147,12 +147,16 @@ class Publisher:
             lead.done.wait(wait)
         return lead
 
-    def release(self, lead: Lead) -> Entry | None:
-        """The leader has stored its take here: the outcome decided by now, for the leader
-        to hold (None: not decided yet, and the publisher adopts it when it is)."""
+    def release(self, lead: Lead, held: Entry) -> Entry | None:
+        """The leader has stored ``held`` here: the take it must adopt instead, decided
+        meanwhile (None: ``held`` it is, or not decided yet and the publisher adopts it)."""
         with self._cond:
             lead.storing = False
-            return lead.outcome
+            outcome = lead.outcome
+        if outcome is None or same_take(outcome, held):
+            return None
+        self._count("takes_adopted", 1)
+        return outcome
 
     def _queue(self, job: _Job, at: float | None = None) -> bool:
         size = job.entry.size
