@@ -118,7 +118,6 @@ def test_without_the_extra_the_message_names_the_install_command():
     assert "pip install 'voxcache[embeddings]'" in out, out
 
 
-
 def test_the_encoders_kernels_were_compiled_at_install() -> None:
     """librosa compiles its numba kernels on first use (~13 CPU-s): ``scripts/setup.sh``
     does it at install, so no test and no service's first voice pays for it here. A fresh
