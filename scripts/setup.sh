@@ -31,6 +31,12 @@ fi
 # Speaker embeddings ([embeddings]): librosa, under resemblyzer's preprocessing, compiles its
 # numba kernels on first use and caches them beside its modules (~13 CPU-s once): done here,
 # at install, rather than on the first voice a service is sent.
-if .venv/bin/python -c 'import resemblyzer' 2>/dev/null; then
-  .venv/bin/python -c 'from voxcache.service.voice_artifacts import shared_encoder; shared_encoder()'
-fi
+.venv/bin/python - <<'PY'
+try:
+    import resemblyzer  # noqa: F401  (the extra is installed: warm its kernels)
+except ImportError:
+    pass
+else:
+    from voxcache.service.voice_artifacts import shared_encoder
+    shared_encoder()
+PY
