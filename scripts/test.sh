@@ -4,8 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VOXCACHE_EXTRAS=all,test bash scripts/setup.sh sox:sox ffmpeg:ffmpeg chromium:chromium nginx:nginx wrk:wrk prometheus:prometheus promtool:prometheus redis-server:redis-server redis-cli:redis-tools espeak-ng:espeak-ng
-# a third-party engine, its own distribution, loaded only through its entry point
-.venv/bin/python -m pip install -q --no-deps -e tests/plugins/voxcache-styletone
+# a third-party engine, its own distribution, loaded only through its entry point; installed
+# as a wheel, not editable: an editable install's import hook ran in every Python process
+# the suite starts (~1,600), ~10 ms each
+.venv/bin/python -m pip install -q --no-deps --force-reinstall tests/plugins/voxcache-styletone
 .venv/bin/ruff check src tests bench
 .venv/bin/lint-imports  # the layers and no import circles ([tool.importlinter] in pyproject.toml)
 .venv/bin/python -m mypy  # the annotations, strict ([tool.mypy] in pyproject.toml)
