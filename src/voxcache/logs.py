@@ -15,7 +15,7 @@ import json
 import logging
 import logging.config
 import time
-from typing import Any
+from typing import Any, TextIO
 
 LOG_FORMATS = ("text", "json")
 """What ``--log-format`` / ``log_format`` accept."""
@@ -92,8 +92,9 @@ def configure(log_format: str = "text", *, verbose: bool = False,
     return config
 
 
-def stderr_handler() -> logging.Handler:
-    """A stderr handler in the text format, for a logger in a process nobody configured."""
-    handler = logging.StreamHandler()
+def stderr_handler(stream: TextIO | None = None) -> logging.Handler:
+    """A stderr handler (or ``stream``'s) in the text format, for a logger in a process
+    nobody configured."""
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(TextFormatter())
     return handler

@@ -24,18 +24,23 @@ import pytest
 
 from voxcache.engines import installed, load_engine
 from voxcache.errors import EngineLoadError, InvalidParameter
+from voxcache.testing.cli import run_cli
 
 TEXT = "The plugin speaks this sentence. And then this one!"
 
 
 def cli(cache: Path, *args: str, engine: str = "styletone", env: dict[str, str] | None = None,
         config: Path | None = None) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
-    command = [sys.executable, "-m", "voxcache", "--cache-dir", str(cache), "--engine", engine]
+    """``voxcache`` in this process, or in its own where ``env`` is given (a PYTHONPATH
+    that adds a plugin is a process's)."""
+    command = ["--cache-dir", str(cache), "--engine", engine]
     if config is not None:
         command += ["--config", str(config)]
-    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=120,
-                          env={**clean, **(env or {})})
+    if not env:
+        return run_cli([*command, *args])
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
+    return subprocess.run([sys.executable, "-m", "voxcache", *command, *args],
+                          capture_output=True, text=True, timeout=120, env={**clean, **env})
 
 
 def test_installed_engines_are_listed_with_their_distribution() -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from voxcache.testing.cli import run_cli
 from voxcache.testing.servers import free_port
 
 TONE_PHRASES = ["Your order is ready.", "Doors closing.", "Mind the gap.",
@@ -33,10 +34,10 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def cli(*args: str, check: bool = True, env: dict[str, str] | None = None,
-        timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run ``voxcache ARGS`` and return the finished process (stdout, stderr, returncode)."""
-    done = subprocess.run([sys.executable, "-m", "voxcache.cli", *args], capture_output=True,
-                          text=True, env=env or clean_env(), timeout=timeout, check=False)
+        ) -> subprocess.CompletedProcess[str]:
+    """Run ``voxcache ARGS`` (in this process: the real CLI, one-shot commands) and return
+    its exit code, stdout and stderr."""
+    done = run_cli(args, env)
     if check and done.returncode != 0:
         raise AssertionError(f"voxcache {' '.join(args)} exited {done.returncode}:\n"
                              f"{done.stdout}\n{done.stderr}")

@@ -30,6 +30,7 @@ from voxcache.cached import CachedEngine
 from voxcache.engines.tone import ToneEngine
 from voxcache.packs import sequence
 from voxcache.request import SynthesisRequest as R
+from voxcache.testing.cli import run_cli
 from voxcache.tiers import lifecycle, purged, repair
 
 TAKES = 120
@@ -49,8 +50,7 @@ FILL = textwrap.dedent("""
 
 
 def cli(root: Path, *args: str) -> tuple[int, object]:
-    done = subprocess.run([sys.executable, "-m", "voxcache", "--cache-dir", str(root), *args,
-                           "--json"], capture_output=True, text=True, timeout=120)
+    done = run_cli(["--cache-dir", str(root), *args, "--json"])
     try:
         return done.returncode, json.loads(done.stdout)
     except ValueError:

@@ -6,7 +6,6 @@ import csv
 import io
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,15 +14,15 @@ from voxcache import Cache, CachedEngine, SynthesisRequest
 from voxcache.engines.tone import ToneEngine
 from voxcache.policies import savings
 from voxcache.policies.admit import GateSettings, SavingsSettings
+from voxcache.testing.cli import run_cli
 
 PRICES = SavingsSettings(price_per_million_chars=15.0, price_per_engine_second=0.5,
                          currency="EUR")
 
 
 def cli(folder: Path, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "voxcache", "--cache-dir", str(folder),
-                           "--config", str(config), "--engine", "tone", "stats", "--savings",
-                           *args], capture_output=True, text=True, timeout=120)
+    return run_cli(["--cache-dir", str(folder), "--config", str(config), "--engine", "tone",
+                    "stats", "--savings", *args])
 
 
 def test_the_ledger_adds_up_across_restarts_and_exports(tmp_path: Path) -> None:
