@@ -1,25 +1,29 @@
-"""The command line, end to end with the real Piper engine, and its answers to bad input."""
+"""The command line, end to end with the real Piper engine, and its answers to bad input.
+(Run in the test's process: the real parser and handlers; test_cli_pipes.py runs it as a
+process, pipes and all.)"""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile
 
+from voxcache.testing.cli import run_cli
+
 pytestmark = pytest.mark.piper
 DET = ["--param", "noise_scale=0", "--param", "noise_w_scale=0"]
 
 
 def voxcache(cache_dir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "VOXCACHE_DIR": str(cache_dir)}
-    return subprocess.run([sys.executable, "-m", "voxcache", *args], env=env,
-                          capture_output=True, text=True, check=check)
+    done = run_cli(args, {**os.environ, "VOXCACHE_DIR": str(cache_dir)})
+    if check:
+        done.check_returncode()
+    return done
 
 
 def test_synth_twice_second_is_a_hit_with_identical_audio(cache_dir, tmp_path):

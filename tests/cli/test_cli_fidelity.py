@@ -10,10 +10,8 @@ the shipped phrase list.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +27,7 @@ from voxcache.engines.tone import ToneEngine
 from voxcache.entry import audio_entry
 from voxcache.errors import UnsupportedFeature
 from voxcache.request import SynthesisRequest, resolve
+from voxcache.testing.cli import run_cli as run_voxcache
 
 
 def cli(capsys: pytest.CaptureFixture[str], cache_dir: Path, *args: str,
@@ -51,10 +50,8 @@ def cli_json(capsys, cache_dir: Path, *args: str, config: Path | None = None) ->
 
 
 def run_cli(cache_dir: Path, *args: str, engine: str = "tone") -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
-    return subprocess.run([sys.executable, "-m", "voxcache.cli", "--cache-dir", str(cache_dir),
-                           "--engine", engine, *args], capture_output=True, text=True,
-                          timeout=300, env=env)
+    """``voxcache`` over ``engine`` (in this process), without the developer's VOXCACHE_*."""
+    return run_voxcache(["--cache-dir", str(cache_dir), "--engine", engine, *args])
 
 
 def plant(cache_dir: Path, keys_and_texts: list[tuple[str, str]]) -> None:
