@@ -13,9 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import secrets
 import sqlite3
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from ..fsmode import locked
 from .index import Index, is_damaged
 from .index_db import read_write_uri
 from .index_file import MISSING, connecting, identity_of, opened, problem_of
+from .layout import aside_stamp
 
 log = logging.getLogger("voxcache.disk")
 
@@ -141,7 +140,7 @@ def _read(path: Path, tables: tuple[tuple[str, str], ...]
 
 def _set_aside(root: Path, path: Path, problem: str) -> None:
     """Move what is at an old store's name (and its ``-wal``/``-shm``) to ``quarantine/``."""
-    stamp = f"{int(time.time())}-{secrets.token_hex(3)}"
+    stamp = aside_stamp()
     log.warning("disk tier: %s: %s; moved to quarantine/", path.name, problem)
     for suffix in ("", "-wal", "-shm"):
         with contextlib.suppress(FileNotFoundError):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from .index import REQUEST_WAIT, Index, is_damaged
 from .index_file import Identity
 from .inline import FILE_KINDS, InlineDamaged, InlineStore, InlineUnavailable, record_name
 from .inline import release as release_inline
-from .layout import entry_file, entry_path, pin_file, suffix_of
+from .layout import aside, entry_file, entry_path, pin_file, suffix_of
 
 log = logging.getLogger("voxcache.disk")
 T = TypeVar("T")
@@ -167,7 +166,7 @@ class DiskReads:
     def quarantine(self, key: str, kind: str, reason: str) -> None:
         """Move a bad file aside for inspection, drop its row and count it."""
         src = entry_path(self.root, key, kind)
-        dest = self.root / "quarantine" / f"{src.name}.{int(self._clock())}-{secrets.token_hex(3)}"
+        dest = aside(self.root, src.name, self._clock())
         try:
             os.replace(src, dest)
             log.warning("disk tier: quarantined %s: %s", key, reason)
@@ -191,9 +190,9 @@ class DiskReads:
         self._indexed("quarantine", lambda: self.index.remove([key], REQUEST_WAIT), 0)
 
     def _set_aside(self, key: str, kind: str, blob: bytes, reason: str) -> None:
-        name = f"{key}{suffix_of(kind)}.inline.{int(self._clock())}-{secrets.token_hex(3)}"
         try:
-            write_private(self.root / "quarantine" / name, blob)
+            write_private(aside(self.root, f"{key}{suffix_of(kind)}.inline", self._clock()),
+                          blob)
         except OSError as exc:
             self.faults.report("quarantine", exc, f"could not keep {key}'s bad bytes")
         log.warning("disk tier: quarantined inline entry %s: %s", key, reason)

@@ -14,10 +14,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import secrets
 import stat
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,7 +23,7 @@ import lmdb
 
 from ..entry import CorruptEntry, decode
 from ..fsmode import FILE_MODE, locked, private_dirs, write_private
-from .layout import suffix_of
+from .layout import aside, suffix_of
 from .openers import boot_id
 
 log = logging.getLogger("voxcache.disk")
@@ -352,7 +350,7 @@ def _shorter_than_its_pages(folder: Path, env: lmdb.Environment) -> str | None:
 
 def _set_aside(root: Path, reason: str) -> None:
     """Move the store to ``quarantine/`` for inspection."""
-    dest = root / "quarantine" / f"{FOLDER}.{int(time.time())}-{secrets.token_hex(3)}"
+    dest = aside(root, FOLDER)
     private_dirs(dest.parent)
     os.replace(root / FOLDER, dest)
     log.warning("disk tier: the inline store was set aside (%s); its entries will be "

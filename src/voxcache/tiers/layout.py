@@ -7,7 +7,10 @@ Pins are marker files under ``pins/`` so that they survive an index rebuild.
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
+import time
 from pathlib import Path
 
 from ..fsmode import write_private
@@ -23,6 +26,21 @@ SUFFIXES = {"audio": ".wav", "embedding": ".safetensors", "prompt": ".safetensor
 safetensors file with the envelope in ``__metadata__``); other kinds use ``.vxc``."""
 OTHER_SUFFIX = ".vxc"
 _KNOWN_SUFFIXES = {*SUFFIXES.values(), OTHER_SUFFIX}
+
+
+_SET_ASIDE = itertools.count()
+
+
+def aside(root: Path, name: str, now: float | None = None) -> Path:
+    """Where ``name`` is kept in ``quarantine/`` (``name.<aside_stamp>``)."""
+    return root / "quarantine" / f"{name}.{aside_stamp(now)}"
+
+
+def aside_stamp(now: float | None = None) -> str:
+    """The second, this process and its own count: nothing set aside replaces what was set
+    aside before (with three random bytes instead, a CI run lost one of 340 bad records set
+    aside within seconds: the second draw of a name replaced the first)."""
+    return f"{int(time.time() if now is None else now)}-{os.getpid()}-{next(_SET_ASIDE)}"
 
 
 def suffix_of(kind: str) -> str:

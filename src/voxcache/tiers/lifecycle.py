@@ -15,7 +15,6 @@ import fcntl
 import logging
 import os
 import re
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from .index import Index, IndexRow
 from .layout import (
     STALE_TEMP_SECONDS,
     TEMP_PREFIX,
+    aside,
     entry_file,
     entry_path,
     kind_of_file,
@@ -322,8 +322,7 @@ def _row_of_record(root: Path, index: Index, store: inline.InlineStore | None, k
         entry = decode(blob, key)
     except CorruptEntry as exc:
         with contextlib.suppress(OSError):
-            write_private(root / "quarantine" / f"{key}{name[32:].decode()}.inline."
-                          f"{int(time.time())}-{secrets.token_hex(3)}", blob)
+            write_private(aside(root, f"{key}{name[32:].decode()}.inline"), blob)
         store.delete(name, lambda current: current == blob)  # type: ignore[union-attr]  # inline: open
         index.add_counters({"corruptions": 1})
         log.warning("quarantined inline entry %s while rebuilding the index: %s", key, exc)
@@ -346,8 +345,7 @@ def _row_of_file(root: Path, index: Index, key: str, path: Path) -> IndexRow | N
         atime = os.stat(path, follow_symlinks=False).st_atime
     except (CorruptEntry, NotAnEntryFile, IsADirectoryError) as exc:
         with contextlib.suppress(OSError):
-            os.replace(path, root / "quarantine" / f"{path.name}.{int(time.time())}-"
-                       f"{secrets.token_hex(3)}")
+            os.replace(path, aside(root, path.name))
         index.add_counters({"corruptions": 1})
         log.warning("quarantined %s while rebuilding the index: %s", path.name, exc)
         return None

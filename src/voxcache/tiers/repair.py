@@ -25,7 +25,7 @@ from ..errors import CacheDirError
 from ..fsmode import locked
 from .index import Index, Salvage, is_damaged, salvage
 from .index_file import MISSING, Identity, connecting, identity_of, opened, problem_of
-from .layout import TEMP_PREFIX
+from .layout import TEMP_PREFIX, aside
 from .lifecycle import reconcile
 
 log = logging.getLogger("voxcache.disk")
@@ -119,19 +119,19 @@ def replace_index(root: Path, path: Path, judged: Identity | None, problem: str,
         fresh.carry_over(_salvaged(path), kept or {})
     finally:
         fresh.close()
-    aside = root / "quarantine" / f"{path.name}.{int(time.time())}-{secrets.token_hex(3)}"
+    spare = aside(root, path.name)
     try:
         with locked(root / "locks" / OPEN_LOCK):
             if identity_of(path) != judged and problem_of(path) is None:
                 return
             with contextlib.suppress(FileNotFoundError):
                 try:
-                    os.link(path, aside, follow_symlinks=False)  # the path goes on naming it
+                    os.link(path, spare, follow_symlinks=False)  # the path goes on naming it
                 except OSError:
-                    os.replace(path, aside)  # a folder: it cannot be linked, nor replaced
+                    os.replace(path, spare)  # a folder: it cannot be linked, nor replaced
             for suffix in ("-wal", "-shm"):
                 with contextlib.suppress(FileNotFoundError):
-                    os.replace(f"{path}{suffix}", f"{aside}{suffix}")
+                    os.replace(f"{path}{suffix}", f"{spare}{suffix}")
             os.replace(temp, path)
     finally:
         for suffix in ("", "-wal", "-shm"):
