@@ -29,6 +29,7 @@ from voxcache.cached import CachedEngine
 from voxcache.engines.tone import ToneEngine
 from voxcache.testing.servers import (
     MotoS3Server,
+    RedisClusterServers,
     RedisServer,
     free_port,
     redis_available,
@@ -45,8 +46,32 @@ def needs_redis() -> None:
         pytest.skip("needs redis-server (Debian package redis-server)")
 
 
-# redis_server, redis_cluster and s3_server are the session's (tests/tiers/conftest.py):
-# groups use their own key prefixes and buckets
+# The cluster tests' own session servers, not tests/tiers/conftest.py's: the admission test
+# scans all of Redis for private text, and sharing the tier tests' server put their takes in
+# that scan (their audio held the bytes "0958", a needle; tried and failed once in two runs)
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One redis-server for the session (groups use their own key prefixes)."""
+    needs_redis()
+    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterServers]:
+    """A 3-master Redis Cluster made with ``redis-cli --cluster create``."""
+    needs_redis()
+    with RedisClusterServers(tmp_path_factory.mktemp("cluster"), masters=3) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[MotoS3Server]:
+    """moto's S3 server for the session (groups use their own buckets)."""
+    with MotoS3Server() as server:
+        yield server
+
+
 def new_bucket(s3: MotoS3Server) -> str:
     name = f"vx-{uuid.uuid4().hex[:16]}"
     s3.create_bucket(name)
