@@ -93,6 +93,11 @@ class _Job:
     def key(self) -> str:
         return self.entry.header.key
 
+    def over(self) -> None:
+        """This attempt is over (decided, shed or dropped): a waiting leader goes on."""
+        if self.lead is not None:
+            self.lead.done.set()
+
 
 class Publisher:
     """The shared tiers' writes: queued, bounded, deepest tier first, retried."""
@@ -185,8 +190,7 @@ class Publisher:
         if shed:
             for tier in job.tiers:
                 self._count(TierCount.WRITES_SHED.of(tier.name), 1)
-        if job.lead is not None:
-            job.lead.done.set()
+        job.over()
         return False
 
     # -- the workers ---------------------------------------------------------------------
@@ -250,8 +254,7 @@ class Publisher:
             if lead is not None and winner is not None:
                 lead.outcome = winner
             storing = lead is not None and lead.storing  # the leader adopts it itself
-        if lead is not None:
-            lead.done.set()
+        job.over()
         if winner is not None and not storing and not same_take(winner, job.entry):
             self._count("takes_adopted", 1)
             self._adopt(job.entry, winner)
@@ -308,8 +311,7 @@ class Publisher:
             for job in dropped:
                 self._bytes -= job.entry.size
                 self._settled(key)
-                if job.lead is not None:
-                    job.lead.done.set()
+                job.over()
         self.wait_for(key, DRAIN_SECONDS)
 
     # -- figures ---------------------------------------------------------------------------
