@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from voxcache.testing.servers import free_port
+from voxcache.testing.servers import clean_env, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,7 +84,7 @@ def test_run_sh_installs_lean_and_serves_the_folder_voxcache_stats_reads(tmp_pat
 
 def test_every_extra_when_asked(tmp_path) -> None:
     tree = clone(tmp_path)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
+    env = clean_env()
     result = subprocess.run(["bash", "scripts/setup.sh"], cwd=tree, timeout=60,
                             env={**env, "VOXCACHE_EXTRAS": "all"}, capture_output=True)
     assert result.returncode == 0, result.stderr

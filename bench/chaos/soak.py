@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from voxcache.testing.servers import MotoS3Server, RedisServer, free_port
+from voxcache.testing.servers import MotoS3Server, RedisServer, clean_env, free_port
 
 SAMPLE_SECONDS = 10.0
 HOT_PHRASES = 200
@@ -113,7 +113,7 @@ def serve_nodes(work: Path, count: int, tiers: list[str], env: dict[str, str]
     config.write_text(f"tiers = {json.dumps(tiers)}\nmemory_budget = \"{MEMORY_BUDGET}\"\n"
                       f"[service]\nrender_concurrency = "
                       f"{RENDER_SLOTS}\nrender_queue = 8\naccess_log = false\n")
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
+    clean = clean_env()
     started: list[Node] = []
     try:
         for index in range(count):

@@ -20,7 +20,6 @@ import argparse
 import contextlib
 import io
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from voxcache import Audio, Cache
 from voxcache.entry import audio_entry
 from voxcache.packs import Selection, export_pack, import_pack
 from voxcache.packs.signing import generate, load_public_key, load_signing_key
+from voxcache.testing.servers import clean_env
 
 from ..helpers.core import Stats
 
@@ -120,7 +120,7 @@ def serving(cache_dir: Path, *args: str) -> Iterator[str]:
     from voxcache.testing.servers import free_port
 
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
+    env = clean_env()
     proc = subprocess.Popen([sys.executable, "-m", "voxcache.cli", "--cache-dir",
                              str(cache_dir), "--engine", "tone", "serve", "--port", str(port),
                              "--no-access-log", *args], env=env,

@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -37,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from voxcache.testing.servers import MotoS3Server, RedisServer, free_port
+from voxcache.testing.servers import MotoS3Server, RedisServer, clean_env, free_port
 
 from ..helpers.core import Context, ratio
 from .remote_tiers import missing_parts
@@ -56,7 +55,7 @@ def three_nodes(work: Path, tiers: list[str], env: dict[str, str]) -> Iterator[l
     """Three ``voxcache serve`` nodes (tone engine, own folders); their base URLs."""
     config = work / "voxcache.toml"
     config.write_text("tiers = [" + ", ".join(f'"{t}"' for t in tiers) + "]\n")
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
+    clean = clean_env()
     procs: list[subprocess.Popen[bytes]] = []
     urls: list[str] = []
     try:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from voxcache.testing.cli import run_cli
+from voxcache.testing.servers import clean_env
 
 CASES = {
     "a JSON answer": ["--engine", "tone", "explain", "Hello there", "--json"],
@@ -24,7 +25,7 @@ CASES = {
 @pytest.mark.parametrize("argv", CASES.values(), ids=CASES.keys())
 def test_the_runner_answers_what_the_process_answers(tmp_path: Path, argv: list[str]) -> None:
     args = ["--cache-dir", str(tmp_path / "cache"), *argv]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
+    env = clean_env()
     env["COLUMNS"] = "100"  # argparse wraps its usage lines to the terminal's width
     process = subprocess.run([sys.executable, "-m", "voxcache", *args], capture_output=True,
                              text=True, timeout=60, env=env)

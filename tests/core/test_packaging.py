@@ -9,7 +9,6 @@ import configparser
 import contextlib
 import importlib.metadata
 import json
-import os
 import re
 import shlex
 import shutil
@@ -30,7 +29,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 import voxcache
-from voxcache.testing.servers import free_port
+from voxcache.testing.servers import clean_env, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
@@ -227,7 +226,7 @@ def test_the_units_command_starts_a_server_and_stops_on_its_kill_signal(tmp_path
     swap = {"/etc/voxcache/voxcache.toml": str(config),
             "/var/cache/voxcache": str(tmp_path / "cache"), "8000": str(port)}
     argv = [sys.executable, "-m", "voxcache", *(swap.get(a, a) for a in argv[1:])]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
+    env = clean_env()
     env.update(dict(e.split("=", 1) for e in service["Environment"].split()))
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)

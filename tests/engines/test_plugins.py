@@ -25,6 +25,7 @@ import pytest
 from voxcache.engines import installed, load_engine
 from voxcache.errors import EngineLoadError, InvalidParameter
 from voxcache.testing.cli import run_cli
+from voxcache.testing.servers import clean_env
 
 TEXT = "The plugin speaks this sentence. And then this one!"
 
@@ -38,7 +39,7 @@ def cli(cache: Path, *args: str, engine: str = "styletone", env: dict[str, str] 
         command += ["--config", str(config)]
     if not env:
         return run_cli([*command, *args])
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
+    clean = clean_env()
     return subprocess.run([sys.executable, "-m", "voxcache", *command, *args],
                           capture_output=True, text=True, timeout=120, env={**clean, **env})
 
@@ -148,7 +149,7 @@ def _serve(cache: Path, *args: str, engine: str = "styletone") -> Any:
     from voxcache.testing.servers import free_port
 
     port = free_port()
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
+    clean = clean_env()
     process = subprocess.Popen(
         [sys.executable, "-m", "voxcache", "--cache-dir", str(cache), "--engine", engine,
          "serve", "--port", str(port), *args], env=clean, stdout=subprocess.DEVNULL,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -21,16 +20,10 @@ from typing import Any
 import httpx
 
 from voxcache.testing.cli import run_cli
-from voxcache.testing.servers import free_port
+from voxcache.testing.servers import clean_env, free_port
 
 TONE_PHRASES = ["Your order is ready.", "Doors closing.", "Mind the gap.",
                 "Welcome to the store.", "Please stand clear."]
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """The environment without the developer's VOXCACHE_* settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
-    return {**env, **extra}
 
 
 def cli(*args: str, check: bool = True, env: dict[str, str] | None = None,

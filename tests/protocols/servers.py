@@ -7,7 +7,6 @@ or thread listening on 127.0.0.1, exactly as it would to a production upstream.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import socket
 import subprocess
@@ -19,7 +18,11 @@ from pathlib import Path
 
 import httpx
 
-from voxcache.testing.servers import free_port, serve_in_thread  # re-exported for the tests here
+from voxcache.testing.servers import (  # re-exported for the tests here
+    clean_env,
+    free_port,
+    serve_in_thread,
+)
 
 STARTUP_LIMIT = 60.0
 
@@ -136,7 +139,7 @@ def voxcache_serve(cache_dir: Path, upstream: str, *args: str,
     once ``/readyz`` answers."""
     port = free_port()
     log_path = cache_dir.parent / f"serve-{port}.log"
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
+    clean = clean_env()
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "voxcache", "--cache-dir", str(cache_dir), "serve",

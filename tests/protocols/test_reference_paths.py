@@ -34,6 +34,7 @@ from voxcache.config import load_settings
 from voxcache.engines.tone import ToneEngine
 from voxcache.errors import InvalidParameter
 from voxcache.service import create_app
+from voxcache.testing.servers import clean_env
 
 from .servers import free_port, serve_app, wait_until
 from .standins import gpt_sovits_app, wav_bytes
@@ -101,7 +102,7 @@ def voxcache_serve(cache_dir: Path, config: Path, log: Path, *prefix: str,
     port = free_port()
     command = [*prefix, sys.executable, "-m", "voxcache.cli", "--cache-dir", str(cache_dir),
                "--engine", "tone", "--config", str(config), "serve", "--port", str(port)]
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
+    environment = clean_env()
     with log.open("wb") as out:
         process = subprocess.Popen(
             command, stdout=out, stderr=subprocess.STDOUT, env={**environment, **(env or {})},

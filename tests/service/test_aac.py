@@ -19,7 +19,7 @@ import numpy as np
 import openai
 import pytest
 
-from voxcache.testing.servers import free_port
+from voxcache.testing.servers import clean_env, free_port
 
 FFMPEG = shutil.which("ffmpeg")
 needs_ffmpeg = pytest.mark.skipif(FFMPEG is None, reason="needs ffmpeg (scripts/test.sh "
@@ -42,7 +42,7 @@ def decoded(adts: bytes, rate: int) -> np.ndarray:
 @contextlib.contextmanager
 def serve(tmp_path: Path, path: str) -> Iterator[str]:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
+    env = clean_env()
     proc = subprocess.Popen([sys.executable, "-m", "voxcache", "--cache-dir",
                              str(tmp_path / "cache"), "--engine", "tone", "serve", "--port",
                              str(port)], env={**env, "PATH": path},

@@ -8,7 +8,6 @@ assigned the tier must be used without a restart.
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ import httpx
 import pytest
 
 from voxcache.errors import TierUnavailable
-from voxcache.testing.servers import RedisServer, free_port
+from voxcache.testing.servers import RedisServer, clean_env, free_port
 from voxcache.tiers.redis import RedisTier
 
 from .conftest import needs_redis
@@ -58,7 +57,7 @@ def test_readyz_of_a_node_in_front_of_an_unready_cluster(tmp_path: Path) -> None
         config.write_text(f'tiers = ["memory", "disk", '
                           f'"redis+cluster://127.0.0.1:{node.port}"]\n')
         port = free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
+        env = clean_env()
         proc = subprocess.Popen([sys.executable, "-m", "voxcache", "--cache-dir",
                                  str(tmp_path / "cache"), "--engine", "tone", "--config",
                                  str(config), "serve", "--port", str(port)],

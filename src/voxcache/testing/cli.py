@@ -13,6 +13,7 @@ import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 
 from ..logs import stderr_handler
+from .servers import clean_env
 
 
 def run_cli(args: Sequence[str], env: Mapping[str, str] | None = None,
@@ -47,8 +48,7 @@ def _text(stream: io.TextIOWrapper) -> str:
 @contextlib.contextmanager
 def _environment(env: Mapping[str, str] | None) -> Iterator[None]:
     saved = dict(os.environ)
-    wanted = env if env is not None else {
-        name: value for name, value in saved.items() if not name.startswith("VOXCACHE_")}
+    wanted = env if env is not None else clean_env()
     os.environ.clear()
     os.environ.update(wanted)
     try:

@@ -335,6 +335,12 @@ class PrometheusServer(_Process):
         return f"prometheus on port {self.port}"
 
 
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without the developer's ``VOXCACHE_*`` settings (what a
+    test's ``voxcache`` is started with), plus ``extra``."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}, **extra}
+
+
 @contextlib.contextmanager
 def serve_process(cache_dir: Path, *args: str, engine: str = "tone",
                   config: Path | None = None, env: dict[str, str] | None = None,
@@ -349,9 +355,8 @@ def serve_process(cache_dir: Path, *args: str, engine: str = "tone",
     if config is not None:
         cmd += ["--config", str(config)]
     cmd += ["serve", "--port", str(port), *args]
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**clean, **(env or {})})
+                            env={**clean_env(), **(env or {})})
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + ready_timeout

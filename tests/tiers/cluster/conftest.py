@@ -10,7 +10,6 @@ group uses, so groups on the session's servers never see each other's takes.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from voxcache.testing.servers import (
     MotoS3Server,
     RedisClusterServers,
     RedisServer,
+    clean_env,
     free_port,
     redis_available,
 )
@@ -134,7 +134,7 @@ def nodes(folder: Path, tiers: list[str], *, count: int = 3, engine: str = "tone
           extra_config: str = "") -> Iterator[list[Node]]:
     """``count`` nodes started together (each with its own cache folder), ready on exit."""
     config = _config(folder, tiers, extra_config)
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
+    clean = clean_env()
     started: list[Node] = []
     try:
         for index in range(count):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from voxcache.testing.servers import clean_env
 
 from .conftest import needs_redis, new_bucket, new_prefix, nodes, raw_redis, until
 
@@ -106,7 +107,7 @@ def test_two_nodes_keep_nothing_count_callers_together_and_add_up_savings(
     listed = ", ".join(f'"{tier}"' for tier in tiers)
     config.write_text(f"tiers = [{listed}]\n{CONFIG}")
     reports = []
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
+    clean = clean_env()
     for node in (a, b):
         out = subprocess.run([sys.executable, "-m", "voxcache", "--cache-dir",
                               str(node.cache_dir), "--config", str(config), "stats",

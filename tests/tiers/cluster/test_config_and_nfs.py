@@ -20,6 +20,7 @@ import pytest
 from voxcache.cache import Cache, CacheConfig
 from voxcache.config import load_settings
 from voxcache.errors import CacheDirError, InvalidParameter
+from voxcache.testing.servers import clean_env
 from voxcache.tiers import disk as disk_module
 
 
@@ -97,7 +98,7 @@ def test_serve_on_an_nfs_cache_folder_stops_with_the_message(tmp_path: Path) -> 
         [sys.executable, "-c", REFUSE, str(table), "--cache-dir", str(shared / "vx"),
          "--engine", "tone", "serve", "--port", "1"],
         capture_output=True, text=True, timeout=60,
-        env={k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")})
+        env=clean_env())
     assert done.returncode != 0
     assert "network filesystem (nfs4)" in done.stderr + done.stdout
     assert "Traceback" not in done.stderr

@@ -15,7 +15,6 @@ same moto S3 server behind both). What a deployment of several nodes is promised
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from voxcache.testing.servers import MotoS3Server
+from voxcache.testing.servers import MotoS3Server, clean_env
 
 from .conftest import Node, new_bucket, new_prefix, nodes, raw_redis, samples, until
 
@@ -79,7 +78,7 @@ def trio(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     tiers = ["memory", "disk", redis_url, f"s3://{bucket}/p"]
     with nodes(folder, tiers, env=s3_server.env) as group:
         config = next(folder.glob("voxcache-*.toml"))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("VOXCACHE_")}
+        env = clean_env()
         yield Trio(group, redis_url, prefix, bucket, s3_server, config, env | s3_server.env)
 
 
