@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 
 from voxcache.testing.tier_contract import make_audio_entry
 from voxcache.tiers.base import BREAKER_FAILURES, TierStack
@@ -89,6 +90,42 @@ def test_a_failing_tier_is_a_miss_then_left_alone_then_used_again():
     broken.broken = False
     now[0] += 60  # past the back-off: the next call is the probe
     assert stack.get(entry.header.key)[1] == "broken"
+    assert stack.health()["broken"].state == "ok"
+
+
+def test_calls_failing_together_double_the_back_off_once():
+    """Under load, many calls are in flight when a tier goes down: they all fail within a
+    moment. The back-off doubles once per time the breaker opens, not once per call that
+    failed, or a few seconds of outage under load left the tier unused for 30 s after it
+    answered again (seen: 14.6 s after Redis and S3 restarted)."""
+    now = [0.0]
+    broken, memory = Broken(), MemoryTier()
+    stack, _ = stack_of(memory, broken, clock=lambda: now[0])
+    broken.broken = True
+    for n in range(BREAKER_FAILURES):  # opens the breaker for the first back-off (1 s)
+        stack.get(make_audio_entry(10 + n).header.key)
+    assert stack.health()["broken"].detail.endswith("retried in 1.0 s")
+    now[0] += 1.0  # the back-off is over: six callers try the tier at once, and all fail
+    in_flight = threading.Barrier(6)
+    real_get = Broken.get
+
+    def get_together(key, kind="audio"):
+        in_flight.wait(timeout=10)  # every caller is past the breaker before any fails
+        return real_get(broken, key, kind)
+
+    broken.get = get_together  # type: ignore[method-assign]
+    callers = [threading.Thread(target=stack.get, args=(make_audio_entry(20 + n).header.key,))
+               for n in range(6)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join(timeout=10)
+    assert broken.calls == BREAKER_FAILURES + 6
+    assert stack.health()["broken"].detail.endswith("retried in 2.0 s")
+    broken.broken = False
+    now[0] += 2.0  # the doubled back-off only: the tier is used again
+    broken.get = lambda key, kind="audio": real_get(broken, key, kind)  # type: ignore[method-assign]
+    stack.get(make_audio_entry(30).header.key)
     assert stack.health()["broken"].state == "ok"
 
 

@@ -100,9 +100,11 @@ class _Breaker:
         self.backoff = min(BREAKER_FIRST_SECONDS, self.max_seconds)
 
     def failed(self, now: float, error: str) -> None:
+        """Count a failure; open the breaker unless it is open already. Calls in flight
+        when it opened fail after it: they neither extend the back-off nor double it."""
         self.failures += 1
         self.last_error = error
-        if self.failures >= BREAKER_FAILURES:
+        if self.failures >= BREAKER_FAILURES and self.allows(now):
             self.open_until = now + self.backoff
             self.backoff = min(self.backoff * 2, self.max_seconds)
 
