@@ -21,6 +21,7 @@ import pytest
 from voxcache.audio import Audio
 from voxcache.cache import Cache
 from voxcache.entry import audio_entry
+from voxcache.testing import forked
 from voxcache.testing.servers import free_port
 
 LONG_TEXT = ("Your order is ready at the counter on the second floor, next to the escalators "
@@ -40,14 +41,14 @@ def command(cache_dir: Path, *args: str) -> list[str]:
 
 
 def piped(cache_dir: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command(cache_dir, *args), capture_output=True, text=True,
+    return forked.run(command(cache_dir, *args), capture_output=True, text=True,
                           timeout=120, env=environment(**env))
 
 
 def on_a_terminal(cache_dir: Path, *args: str) -> str:
     """stdout on an 80-column pseudo-terminal: what a person sees."""
     leader, follower = pty.openpty()
-    proc = subprocess.Popen(command(cache_dir, *args), stdout=follower, stderr=subprocess.PIPE,
+    proc = forked.popen(command(cache_dir, *args), stdout=follower, stderr=subprocess.PIPE,
                             env=environment(TERM="xterm", COLUMNS="80"))
     os.close(follower)
     seen = bytearray()
@@ -113,7 +114,7 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path: Path,
     if unbuffered:
         env["PYTHONUNBUFFERED"] = unbuffered
     for args in (("ls", "--json", "--limit", "800"), ("ls", "--limit", "800")):
-        proc = subprocess.Popen(command(cache_dir, *args), stdout=subprocess.PIPE,
+        proc = forked.popen(command(cache_dir, *args), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env=env)
         assert proc.stdout is not None and proc.stderr is not None
         first = proc.stdout.read(100)

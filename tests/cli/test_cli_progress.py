@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from voxcache.testing import forked
 from voxcache.tiers.index import Index
 from voxcache.tiers.lifecycle import rebuild_index, reconcile
 
@@ -38,7 +39,7 @@ def environment() -> dict[str, str]:
 def on_a_terminal(command: list[str]) -> tuple[int, str, str]:
     """Run with stderr on a pseudo-terminal (stdout in a pipe): (code, stdout, stderr)."""
     leader, follower = pty.openpty()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=follower,
+    proc = forked.popen(command, stdout=subprocess.PIPE, stderr=follower,
                             env=environment(), text=True)
     os.close(follower)
     seen = bytearray()
@@ -56,7 +57,7 @@ def on_a_terminal(command: list[str]) -> tuple[int, str, str]:
 
 
 def in_a_pipe(command: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command, capture_output=True, text=True, env=environment(),
+    return forked.run(command, capture_output=True, text=True, env=environment(),
                           timeout=120)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from voxcache.testing import forked
 from voxcache.testing.cli import run_cli
 from voxcache.testing.servers import clean_env, free_port
 
@@ -92,7 +93,7 @@ def serve(cache_dir: Path, *args: str, engine: str = "tone", config: Path | None
     cache_dir.parent.mkdir(parents=True, exist_ok=True)
     log = cache_dir.parent / f"{cache_dir.name}-{port}.log"
     with open(log, "ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+        proc = forked.popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                 env={**clean_env(), **(env or {})})
     node = Node(f"http://127.0.0.1:{port}", port, cache_dir, proc, log)
     try:

@@ -34,6 +34,7 @@ from voxcache.packs.signing import (
     load_public_key,
     load_signing_key,
 )
+from voxcache.testing import forked
 
 from .nodes import clean_env, cli, cli_json, entry_files
 
@@ -291,7 +292,7 @@ def test_a_killed_import_resumed_completes(tmp_path, signer):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     target = tmp_path / "t"
-    proc = subprocess.Popen([sys.executable, "-m", "voxcache.cli", "--cache-dir", str(target),
+    proc = forked.popen([sys.executable, "-m", "voxcache.cli", "--cache-dir", str(target),
                              "pack", "import", str(fifo), "--trust", str(Path(pub.source))],
                             env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     with open(fifo, "wb") as feed:

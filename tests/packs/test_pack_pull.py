@@ -19,6 +19,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from voxcache.testing import forked
+
 from .nodes import clean_env, cli, entry_files, free_port, serve, write_config
 
 ADMIN = "admin-key-for-packs"
@@ -66,7 +68,7 @@ def test_pulls_are_deltas_and_only_trusted_signers_are_imported(tmp_path, keys):
 
         center.say("Platform 6 is now boarding.")
         center.say("Platform 7 is now boarding.")
-        scheduled = subprocess.Popen(
+        scheduled = forked.popen(
             [sys.executable, "-m", "voxcache.cli", "--cache-dir", str(edge), "pack", "pull",
              center.url, "--trust", str(pub), "--json", "--every", "1s"],
             env=clean_env(VOXCACHE_PACKS_API_KEY=ADMIN), stdout=subprocess.PIPE,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 
+from voxcache.testing import forked
 from voxcache.testing.servers import (  # re-exported for the tests here
     clean_env,
     free_port,
@@ -141,7 +142,7 @@ def voxcache_serve(cache_dir: Path, upstream: str, *args: str,
     log_path = cache_dir.parent / f"serve-{port}.log"
     clean = clean_env()
     with log_path.open("wb") as log:
-        process = subprocess.Popen(
+        process = forked.popen(
             [sys.executable, "-m", "voxcache", "--cache-dir", str(cache_dir), "serve",
              "--port", str(port), "--upstream", upstream, *args],
             env={**clean, **(env or {})}, stdout=log, stderr=subprocess.STDOUT)

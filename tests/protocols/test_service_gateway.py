@@ -20,6 +20,7 @@ from voxcache import Cache, CachedEngine
 from voxcache.config import Settings
 from voxcache.service import create_app
 from voxcache.service.options import ServiceOptions
+from voxcache.testing import forked
 from voxcache.upstream import load_upstream
 
 from .servers import free_port, piper_http_server, serve_app, wait_until
@@ -81,7 +82,7 @@ def test_voxcache_serve_upstream_flag_with_two_workers(tmp_path) -> None:
         env = {**os.environ, "VOXCACHE_DIR": str(tmp_path / "c")}
         env.pop("VOXCACHE_UPSTREAM", None)
         log = (tmp_path / "serve.log").open("wb")
-        process = subprocess.Popen(
+        process = forked.popen(
             [sys.executable, "-m", "voxcache", "serve", "--port", str(port), "--workers", "2",
              "--upstream", f"piper-http={upstream.url}", "--upstream-revision", "joe-test"],
             env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -19,6 +19,7 @@ import numpy as np
 import openai
 import pytest
 
+from voxcache.testing import forked
 from voxcache.testing.servers import clean_env, free_port
 
 FFMPEG = shutil.which("ffmpeg")
@@ -43,7 +44,7 @@ def decoded(adts: bytes, rate: int) -> np.ndarray:
 def serve(tmp_path: Path, path: str) -> Iterator[str]:
     port = free_port()
     env = clean_env()
-    proc = subprocess.Popen([sys.executable, "-m", "voxcache", "--cache-dir",
+    proc = forked.popen([sys.executable, "-m", "voxcache", "--cache-dir",
                              str(tmp_path / "cache"), "--engine", "tone", "serve", "--port",
                              str(port)], env={**env, "PATH": path},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

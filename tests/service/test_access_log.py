@@ -15,6 +15,7 @@ import pytest
 
 from voxcache.config import Settings
 from voxcache.service.options import service_options
+from voxcache.testing import forked
 
 LINE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z "  # a UTC timestamp on every line
                   r"INFO voxcache\.access: method=(\S+) path=(\S+) status=(\S+) cache=(\S+) "
@@ -113,7 +114,7 @@ def test_warm_through_a_server_skips_languages_it_does_not_speak(tmp_path, serve
         {"text": "Bienvenue.", "language": "fr"}, {"text": "Qapla'.", "language": "tlh"},
         {"text": "Goodbye.", "language": "en"}]}))
     with serve_proc(tmp_path / "cache") as (url, proc):
-        result = subprocess.run([sys.executable, "-m", "voxcache.cli", "warm", str(phrases),
+        result = forked.run([sys.executable, "-m", "voxcache.cli", "warm", str(phrases),
                                  "--server", url, "--json"], capture_output=True, text=True,
                                 timeout=120)
         output = stop_and_read(proc)

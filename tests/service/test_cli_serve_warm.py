@@ -14,10 +14,11 @@ import pytest
 import soundfile
 
 from voxcache.cache import Cache
+from voxcache.testing import forked
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "voxcache.cli", *args], capture_output=True,
+    return forked.run([sys.executable, "-m", "voxcache.cli", *args], capture_output=True,
                           text=True, timeout=120)
 
 

@@ -14,7 +14,6 @@ import fcntl
 import json
 import os
 import sqlite3
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ import httpx
 import pytest
 
 from voxcache.fsmode import locked
+from voxcache.testing import forked
 
 pytestmark = pytest.mark.slow
 
@@ -113,7 +113,7 @@ def test_every_worker_agrees_with_the_files_soon_after_the_index_is_lost(
             if damage != "deleted with its -wal and -shm":  # what was left is kept
                 assert len(os.listdir(root / "quarantine")) > quarantined, damage
 
-        listed = subprocess.run([sys.executable, "-m", "voxcache", "--cache-dir", str(root),
+        listed = forked.run([sys.executable, "-m", "voxcache", "--cache-dir", str(root),
                                  "ls", "--json", "--limit", "100"], capture_output=True,
                                 text=True, timeout=60)
         assert listed.returncode == 0, listed.stderr

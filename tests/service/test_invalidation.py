@@ -16,6 +16,7 @@ import time
 import httpx
 
 from voxcache.cache import Cache
+from voxcache.testing import forked
 
 BOUND = 2.0
 
@@ -57,7 +58,7 @@ def test_a_purge_from_the_cli_reaches_every_server(serve_proc, tmp_path) -> None
             "input": "Gate four is closed.", "response_format": "wav"}).headers["x-cache-key"]
         httpx.get(f"{b}/v1/audio/{key}")
         assert served_from_memory(a, key) and served_from_memory(b, key)
-        subprocess.run([sys.executable, "-m", "voxcache", "--cache-dir", str(cache_dir),
+        forked.run([sys.executable, "-m", "voxcache", "--cache-dir", str(cache_dir),
                         "--engine", "tone", "purge", "--key", key], check=True,
                        capture_output=True)
         for url in (a, b):
@@ -67,8 +68,10 @@ def test_a_purge_from_the_cli_reaches_every_server(serve_proc, tmp_path) -> None
 FOLLOWER = """
 import sys, time
 from voxcache.cache import Cache
+from voxcache.testing import forked
 from voxcache.entry import audio_entry
 from voxcache.audio import Audio
+from voxcache.testing import forked
 cache = Cache(sys.argv[1])
 key = "ab" * 32
 cache.put(audio_entry(key, Audio(b"\\1\\0" * 800, 16000)))
@@ -101,7 +104,7 @@ def test_pin_changes_and_deletes_reach_another_process_memory(tmp_path) -> None:
             assert cache.pin("ab" * 32, False)
             until(lambda: state() == "False True")
             for command, seen in (("pin", "True True"), ("unpin", "False True")):
-                subprocess.run([sys.executable, "-m", "voxcache", "--cache-dir", str(root),
+                forked.run([sys.executable, "-m", "voxcache", "--cache-dir", str(root),
                                 "--engine", "tone", command, "abab" * 4], check=True,
                                capture_output=True)  # the CLI, by a unique key prefix
                 until(lambda seen=seen: state() == seen)

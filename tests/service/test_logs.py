@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from voxcache.testing import forked
 from voxcache.testing.servers import clean_env, free_port
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (DEBUG|INFO|WARNING|ERROR) \S+: ")
@@ -26,7 +27,7 @@ def serve(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
           before: tuple[str, ...] = ()) -> tuple[subprocess.Popen[str], str]:
     port = free_port()
     clean = clean_env()
-    proc = subprocess.Popen(
+    proc = forked.popen(
         [sys.executable, "-m", "voxcache", "--cache-dir", str(tmp_path / "cache"), "--engine",
          "tone", *before, "serve", "--port", str(port), *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**clean, **(env or {})})
@@ -93,7 +94,7 @@ def test_workers_log_alike_and_each_says_why_it_stopped(tmp_path: Path) -> None:
 
 def test_a_log_format_that_does_not_exist_is_refused(tmp_path: Path) -> None:
     clean = clean_env()
-    result = subprocess.run([sys.executable, "-m", "voxcache", "--cache-dir",
+    result = forked.run([sys.executable, "-m", "voxcache", "--cache-dir",
                              str(tmp_path / "c"), "--engine", "tone", "serve", "--port",
                              str(free_port())], capture_output=True, text=True, timeout=60,
                             env={**clean, "VOXCACHE_LOG_FORMAT": "xml"})

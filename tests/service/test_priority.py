@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import threading
 import time
@@ -11,6 +10,7 @@ import time
 import httpx
 
 from voxcache.scheduling import BACKGROUND, INTERACTIVE, Admission
+from voxcache.testing import forked
 
 
 def test_queued_interactive_renders_start_before_background_ones() -> None:
@@ -54,7 +54,7 @@ def test_warm_through_a_running_service_renders_once_and_pins(tmp_path, tone_ser
         {"text": "Nobody speaks this.", "language": "tlh"}]}))
 
     def warm() -> dict:
-        out = subprocess.run([sys.executable, "-m", "voxcache", "warm", str(phrases),
+        out = forked.run([sys.executable, "-m", "voxcache", "warm", str(phrases),
                               "--server", live.url, "--json"], capture_output=True, text=True,
                              timeout=120)
         assert out.returncode == 0, out.stderr  # an unspoken language is skipped, not failed

@@ -25,6 +25,8 @@ import pytest
 import soundfile
 from prometheus_client.parser import text_string_to_metric_families
 
+from voxcache.testing import forked
+
 pytest.importorskip("resemblyzer", reason="needs the [embeddings] extra")
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
@@ -144,7 +146,7 @@ def stage_counters(cached: Any) -> dict[str, int]:
 
 
 def cli(cache_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "voxcache.cli", "--cache-dir", str(cache_dir),
+    return forked.run([sys.executable, "-m", "voxcache.cli", "--cache-dir", str(cache_dir),
                            "--engine", "tone", *args], capture_output=True, text=True,
                           timeout=120, check=False)
 

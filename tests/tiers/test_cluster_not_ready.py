@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from voxcache.errors import TierUnavailable
+from voxcache.testing import forked
 from voxcache.testing.servers import RedisServer, clean_env, free_port
 from voxcache.tiers.redis import RedisTier
 
@@ -58,7 +59,7 @@ def test_readyz_of_a_node_in_front_of_an_unready_cluster(tmp_path: Path) -> None
                           f'"redis+cluster://127.0.0.1:{node.port}"]\n')
         port = free_port()
         env = clean_env()
-        proc = subprocess.Popen([sys.executable, "-m", "voxcache", "--cache-dir",
+        proc = forked.popen([sys.executable, "-m", "voxcache", "--cache-dir",
                                  str(tmp_path / "cache"), "--engine", "tone", "--config",
                                  str(config), "serve", "--port", str(port)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)

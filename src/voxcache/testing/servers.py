@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+from . import forked
+
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
@@ -355,7 +357,7 @@ def serve_process(cache_dir: Path, *args: str, engine: str = "tone",
     if config is not None:
         cmd += ["--config", str(config)]
     cmd += ["serve", "--port", str(port), *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    proc = forked.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**clean_env(), **(env or {})})
     url = f"http://127.0.0.1:{port}"
     try:

@@ -17,6 +17,7 @@ from voxcache.engines.tone import ToneEngine
 from voxcache.errors import InvalidParameter
 from voxcache.policies.admit import AdmissionSettings, GateSettings, QualitySettings, gate_settings
 from voxcache.policies.admit.classes import BUILT_IN, TextRules
+from voxcache.testing import forked
 from voxcache.testing.faulty import FaultyEngine
 
 HOT = HOT_PHRASES
@@ -249,12 +250,11 @@ def test_each_class_alone_leaves_words_alone(cls: str) -> None:
 
 
 def test_synth_says_why_a_take_was_not_stored(tmp_path: Path) -> None:
-    import subprocess
     import sys
 
     config = tmp_path / "voxcache.toml"
     config.write_text('[admission]\nnever_store = ["digits"]\n')
-    run = subprocess.run([sys.executable, "-m", "voxcache", "--cache-dir", str(tmp_path / "c"),
+    run = forked.run([sys.executable, "-m", "voxcache", "--cache-dir", str(tmp_path / "c"),
                           "--config", str(config), "--engine", "tone", "synth",
                           "Gate 42 is open.", "--json"], capture_output=True, text=True,
                          timeout=120)
@@ -263,7 +263,7 @@ def test_synth_says_why_a_take_was_not_stored(tmp_path: Path) -> None:
         "bypass", False, "admission:digits")
     bad = tmp_path / "bad.toml"
     bad.write_text('[admission]\nnever_store = ["digitz"]\n')
-    refused = subprocess.run([sys.executable, "-m", "voxcache", "--cache-dir",
+    refused = forked.run([sys.executable, "-m", "voxcache", "--cache-dir",
                               str(tmp_path / "c"), "--config", str(bad), "--engine", "tone",
                               "synth", "Hello."], capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "unknown class 'digitz'" in refused.stderr

@@ -26,6 +26,7 @@ import pytest
 from voxcache.cache import Cache, CacheConfig
 from voxcache.cached import CachedEngine
 from voxcache.engines.tone import ToneEngine
+from voxcache.testing import forked
 from voxcache.testing.servers import (
     MotoS3Server,
     RedisClusterServers,
@@ -143,7 +144,7 @@ def nodes(folder: Path, tiers: list[str], *, count: int = 3, engine: str = "tone
             cache_dir = folder / f"node-{name}-{port}"
             log_path = folder / f"node-{name}-{port}.log"
             with log_path.open("wb") as log:
-                process = subprocess.Popen(
+                process = forked.popen(
                     [sys.executable, "-m", "voxcache", "--cache-dir", str(cache_dir),
                      "--engine", engine, "--config", str(config), "serve", "--port", str(port),
                      *args], env={**clean, **(env or {})}, stdout=log,

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from voxcache.testing import forked
 from voxcache.testing.servers import clean_env
 
 from .conftest import needs_redis, new_bucket, new_prefix, nodes, raw_redis, until
@@ -109,7 +109,7 @@ def test_two_nodes_keep_nothing_count_callers_together_and_add_up_savings(
     reports = []
     clean = clean_env()
     for node in (a, b):
-        out = subprocess.run([sys.executable, "-m", "voxcache", "--cache-dir",
+        out = forked.run([sys.executable, "-m", "voxcache", "--cache-dir",
                               str(node.cache_dir), "--config", str(config), "stats",
                               "--savings", "--json"], capture_output=True, text=True,
                              timeout=120, env={**clean, **s3_server.env})

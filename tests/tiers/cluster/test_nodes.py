@@ -15,7 +15,6 @@ same moto S3 server behind both). What a deployment of several nodes is promised
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
+from voxcache.testing import forked
 from voxcache.testing.servers import MotoS3Server, clean_env
 
 from .conftest import Node, new_bucket, new_prefix, nodes, raw_redis, samples, until
@@ -159,7 +159,7 @@ def test_a_purge_from_the_cli_stops_every_node_serving_it(trio: Trio) -> None:
     until(lambda: trio.shared(key), what="the take in Redis and S3")
     for node in (a, c):
         assert node.speak("The shop closes in five minutes.").headers["x-cache"] == "HIT"
-    done = subprocess.run(
+    done = forked.run(
         [sys.executable, "-m", "voxcache", "--cache-dir", str(b.cache_dir), "--engine", "tone",
          "--config", str(trio.config), "purge", "--key", key],
         capture_output=True, text=True, timeout=60, env=trio.env)
