@@ -25,6 +25,7 @@ from bench.chaos.harness import broken_promises
 from bench.chaos.workload import Workload, fresh_render
 from voxcache import Cache, CachedEngine
 from voxcache.entry import audio_entry
+from voxcache.testing import forked
 
 REPO = Path(__file__).resolve().parent.parent
 TONE = Workload("tone", 0.0)
@@ -87,7 +88,7 @@ cached.synthesize(SynthesisRequest("Held until killed.", params={"delay": 60.0})
 
 def test_a_restart_removes_the_lock_file_of_a_killed_renderer(tmp_path):
     root = tmp_path / "cache"
-    renderer = subprocess.Popen([sys.executable, "-c", HOLD_A_KEY_LOCK, str(root)], cwd=REPO)
+    renderer = forked.popen([sys.executable, "-c", HOLD_A_KEY_LOCK, str(root)], cwd=REPO)
     try:
         deadline = time.monotonic() + 30
         while not list(root.glob("locks/??/*.lock")) and time.monotonic() < deadline:
@@ -121,7 +122,7 @@ Cache(root)
 def test_a_restart_removes_the_write_probe_of_a_killed_process(tmp_path):
     root = tmp_path / "cache"
     Cache(root).close()
-    opener = subprocess.run([sys.executable, "-c", KILLED_WHILE_OPENING, str(root)], cwd=REPO)
+    opener = forked.run([sys.executable, "-c", KILLED_WHILE_OPENING, str(root)], cwd=REPO)
     assert opener.returncode == -9
     assert survey(root).root_temp_files == 1, "the opener left no probe behind"
     Cache(root).close()
@@ -186,7 +187,7 @@ print(json.dumps({f.name: board.get(board.reader_slot(0), f) for f in Field} | {
 def test_a_reader_counts_a_wrong_take_it_serves_as_torn(planted, tmp_path):
     evidence = tmp_path / "evidence"
     (tmp_path / "logs").mkdir()
-    proc = subprocess.run([sys.executable, "-c", READER, str(planted), str(tmp_path / "logs"),
+    proc = forked.run([sys.executable, "-c", READER, str(planted), str(tmp_path / "logs"),
                            str(evidence), str(WRONG)], cwd=REPO, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr

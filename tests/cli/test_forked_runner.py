@@ -109,7 +109,8 @@ def test_what_a_fork_cannot_honour_is_a_subprocess(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "voxcache", "--version"]
     assert isinstance(forked.popen(cmd, stdout=subprocess.DEVNULL), forked.ForkedProcess)
     for other in ([sys.executable, "-X", "importtime", "-m", "voxcache", "--version"],
-                  [sys.executable, "-c", "print(1)"]):
+                  [sys.executable, "-I", "-c", "print(1)"], [sys.executable, "-m", "pip"],
+                  ["/bin/echo", sys.executable]):
         with forked.popen(other, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as p:
             assert isinstance(p, subprocess.Popen)
     with forked.popen(cmd, stdout=subprocess.DEVNULL, preexec_fn=os.getpid) as p:
@@ -117,6 +118,37 @@ def test_what_a_fork_cannot_honour_is_a_subprocess(tmp_path: Path) -> None:
     interpreter = clean_env(PYTHONPATH=str(tmp_path))  # read as the interpreter starts
     with forked.popen(cmd, stdout=subprocess.DEVNULL, env=interpreter) as p:
         assert isinstance(p, subprocess.Popen)
+
+
+SHOW = "import json, sys; print(json.dumps([__name__, sys.argv, sys.path[0]]))"
+
+
+def test_code_and_scripts_run_as_the_interpreter_runs_them(tmp_path: Path) -> None:
+    """``-c CODE`` and ``FILE.py`` see the argv, ``sys.path[0]`` and ``__name__`` a process
+    started by the interpreter sees, and import what sits beside the script."""
+    script = tmp_path / "tool" / "show.py"
+    script.parent.mkdir()
+    (script.parent / "beside.py").write_text("WHERE = 'beside'\n")
+    script.write_text(SHOW + "\nimport beside; print(beside.WHERE)\n")
+    for cmd in ([sys.executable, "-c", SHOW, "a", "b c"], [sys.executable, str(script), "x"],
+                [sys.executable, "-m", "voxcache", "--version"]):
+        real = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        fork = forked.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path)
+        assert isinstance(fork, forked.ForkedProcess)
+        out, err = fork.communicate(60)
+        assert (fork.returncode, out, err) == (real.returncode, real.stdout, real.stderr)
+    failing = [sys.executable, "-c", "import sys; print('out'); sys.exit('it failed')"]
+    real = subprocess.run(failing, capture_output=True, text=True, timeout=60)
+    fork = forked.run(failing, capture_output=True, text=True, timeout=60)
+    assert (fork.returncode, fork.stdout, fork.stderr) == (1, "out\n", "it failed\n") == (
+        real.returncode, real.stdout, real.stderr)
+    raising = [sys.executable, "-c", "import json\njson.loads('{')"]
+    real = subprocess.run(raising, capture_output=True, text=True, timeout=60)
+    fork = forked.run(raising, capture_output=True, text=True, timeout=60)
+    assert "JSONDecodeError" in real.stderr
+    assert (fork.returncode, fork.stdout, fork.stderr) == (
+        real.returncode, real.stdout, real.stderr)
 
 
 CLIENT = textwrap.dedent("""

@@ -12,6 +12,7 @@ import pytest
 
 from voxcache.cache import Cache
 from voxcache.entry import decode
+from voxcache.testing import forked
 from voxcache.tiers.layout import TEMP_PREFIX
 
 WRITER = Path(__file__).with_name("crash_writer.py")
@@ -25,7 +26,7 @@ def test_kill_9_never_leaves_a_servable_torn_entry(cache_dir):
     start = 0
     temp_seen = 0
     for _ in range(15):
-        writer = subprocess.Popen([sys.executable, str(WRITER), str(cache_dir), str(start)],
+        writer = forked.popen([sys.executable, str(WRITER), str(cache_dir), str(start)],
                                   stdout=subprocess.PIPE, text=True)
         assert writer.stdout.readline().strip() == "ready"
         time.sleep(rng.uniform(0.0, 0.4))

@@ -14,13 +14,14 @@ import pytest
 
 from voxcache.request import SynthesisRequest as R
 from voxcache.singleflight import FlightGroup, key_lock
+from voxcache.testing import forked
 
 WORKER = Path(__file__).with_name("stampede_worker.py")
 
 
 def stampede(cache_dir: Path, engine: str, text: str, processes: int = 4, threads: int = 8):
     start_at = time.time() + (6.0 if engine == "piper" else 2.0)  # after every process loaded
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(cache_dir), engine, text,
+    procs = [forked.popen([sys.executable, str(WORKER), str(cache_dir), engine, text,
                                str(start_at), str(threads)], stdout=subprocess.PIPE, text=True)
              for _ in range(processes)]
     outputs = [json.loads(p.communicate(timeout=180)[0]) for p in procs]
@@ -96,10 +97,10 @@ def test_key_lock_is_exclusive_and_bounded(tmp_path):
         script = ("import sys; from pathlib import Path; from voxcache.singleflight import "
                   "key_lock\nwith key_lock(Path(sys.argv[1]), 'ab'*32, wait=0.3) as got: "
                   "print(got)")
-        out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
+        out = forked.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
                              text=True, check=True)
         assert out.stdout.strip() == "False"
-    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
+    out = forked.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
                          text=True, check=True)
     assert out.stdout.strip() == "True"
 
@@ -108,7 +109,7 @@ def test_lock_of_a_killed_holder_is_released(tmp_path):
     script = ("import sys, time; from pathlib import Path; from voxcache.singleflight import "
               "key_lock\nwith key_lock(Path(sys.argv[1]), 'cd'*32, wait=1):\n"
               "    print('held', flush=True); time.sleep(60)")
-    holder = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)],
+    holder = forked.popen([sys.executable, "-c", script, str(tmp_path)],
                               stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     holder.kill()

@@ -163,7 +163,7 @@ def test_direct_warm_runs_at_the_lowest_cpu_priority(tmp_path) -> None:
         "sys.exit(main(sys.argv[1:]))\n")
     phrases = tmp_path / "p.json"
     phrases.write_text('["Low priority."]')
-    out = subprocess.run([sys.executable, str(probe), "--cache-dir", str(tmp_path / "c"),
+    out = forked.run([sys.executable, str(probe), "--cache-dir", str(tmp_path / "c"),
                           "--engine", "tone", "warm", str(phrases), "--json"],
                          capture_output=True, text=True, timeout=60)
     assert "nice 19" in out.stdout, out.stdout + out.stderr

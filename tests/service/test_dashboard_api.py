@@ -20,6 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from voxcache.errors import InvalidParameter
+from voxcache.testing import forked
 from voxcache.tiers.index import Index
 
 ACME, GLOBEX, ADMIN = "acme-key-1234", "globex-key-123", "admin-key-1234"
@@ -175,7 +176,7 @@ def test_a_locked_history_leaves_scrapes_answering_with_this_workers_figures(
     with TestClient(app) as client:
         speak(client, "Before the lock.")
         client.get("/metrics")  # the history exists and holds one request
-        holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK,
+        holder = forked.popen([sys.executable, "-c", HOLD_LOCK,
                                    str(cached.cache.root / "index.sqlite3"), "30"],
                                   stdout=subprocess.PIPE, text=True)
         try:

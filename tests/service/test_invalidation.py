@@ -86,7 +86,7 @@ def test_pin_changes_and_deletes_reach_another_process_memory(tmp_path) -> None:
     CLI) keeps the entry through this process's memory pressure; an unpin lets it go
     again; a delete drops it."""
     root = tmp_path / "cache"
-    follower = subprocess.Popen([sys.executable, "-c", FOLLOWER, str(root)],
+    follower = forked.popen([sys.executable, "-c", FOLLOWER, str(root)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def state() -> str:

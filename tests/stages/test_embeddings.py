@@ -17,6 +17,7 @@ import soundfile
 from voxcache.cache import Cache
 from voxcache.stages import StageCache
 from voxcache.stages.embeddings import SAME_SPEAKER_THRESHOLD, SpeakerEmbeddings, same_speaker
+from voxcache.testing import forked
 
 from .conftest import espeak, pitch_shifted, wav_bytes
 
@@ -78,7 +79,7 @@ def test_embeddings_survive_a_restart_and_are_shared_between_processes(
         tmp_path: Path, cache_dir: Path, piper_clips, encoder):
     clip = tmp_path / "clip.wav"
     clip.write_bytes(piper_clips[1])
-    other = subprocess.run([sys.executable, str(WORKER), str(cache_dir), str(clip),
+    other = forked.run([sys.executable, str(WORKER), str(cache_dir), str(clip),
                             str(tmp_path), "embed"], capture_output=True, text=True,
                            timeout=300, check=True)
     made = json.loads(other.stdout.strip().splitlines()[-1])

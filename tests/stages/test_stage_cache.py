@@ -16,6 +16,7 @@ import pytest
 from voxcache.cache import Cache
 from voxcache.stages import Clip, StageCache, StageInputs, stage_cached
 from voxcache.stages.keys import voice_anchor
+from voxcache.testing import forked
 from voxcache.testing.servers import RedisServer, redis_available
 from voxcache.testing.stored import stored_bytes
 
@@ -100,13 +101,13 @@ def test_two_processes_extract_once_and_a_restart_keeps_it(tmp_path: Path, cache
     markers = tmp_path / "markers"
     markers.mkdir()
     Cache(cache_dir).close()  # the folder exists before both start
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(cache_dir), str(clip),
+    procs = [forked.popen([sys.executable, str(WORKER), str(cache_dir), str(clip),
                                str(markers)], stdout=subprocess.PIPE, text=True)
              for _ in range(2)]
     outs = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
     assert len(list(markers.iterdir())) == 1, "the extractor ran in both processes"
     assert sorted(o["cache"] for o in outs) == ["joined", "miss"]
-    third = subprocess.run([sys.executable, str(WORKER), str(cache_dir), str(clip),
+    third = forked.run([sys.executable, str(WORKER), str(cache_dir), str(clip),
                             str(markers)], capture_output=True, text=True, check=True, timeout=120)
     assert json.loads(third.stdout)["cache"] == "hit"  # a new process: read from disk
     assert len(list(markers.iterdir())) == 1
@@ -125,7 +126,7 @@ def test_two_nodes_extract_once(tmp_path: Path) -> None:
     with RedisServer(tmp_path / "redis") as redis:
         env = {**os.environ, "STAGE_TIERS": f"memory,disk,{redis.url}",
                "STAGE_START_AT": str(time.time() + 4.0)}  # after both processes loaded
-        procs = [subprocess.Popen([sys.executable, str(WORKER), str(tmp_path / node),
+        procs = [forked.popen([sys.executable, str(WORKER), str(tmp_path / node),
                                    str(clip), str(markers)], stdout=subprocess.PIPE, text=True,
                                   env=env) for node in ("node-a", "node-b")]
         outs = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
@@ -211,7 +212,7 @@ def test_a_purge_reaches_another_process_memory(cache: Cache, stages: StageCache
     inputs = StageInputs("embedding", "x", "1", "3" * 64, "acme")
     stages.get_or_compute(inputs, lambda: np.ones(4, np.float32))
     assert cache.in_process.contains(inputs.key(), "embedding")
-    done = subprocess.run([sys.executable, "-c", PURGE, str(cache.root), "3" * 64],
+    done = forked.run([sys.executable, "-c", PURGE, str(cache.root), "3" * 64],
                           capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == "1"
     deadline = time.monotonic() + 10

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from voxcache import Cache
+from voxcache.testing import forked
 from voxcache.tiers.absorb import OLD_FILES
 from voxcache.tiers.index_schema import FOLDER_TABLES
 
@@ -148,7 +149,7 @@ def test_a_move_killed_at_any_step_loses_nothing_and_counts_nothing_twice(
     and between removing a file's log and the file: the next open has every row once."""
     root = tmp_path / "cache"
     plant_old_stores(root)
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(root), where],
+    child = forked.popen([sys.executable, "-c", CHILD, str(root), where],
                              stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "stalled"
@@ -174,7 +175,7 @@ def test_a_locked_index_leaves_the_old_files_for_a_later_flush(tmp_path) -> None
     root = tmp_path / "cache"
     Cache(root).close()
     plant_old_stores(root)
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(root / "index.sqlite3")],
+    holder = forked.popen([sys.executable, "-c", HOLD_LOCK, str(root / "index.sqlite3")],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"

@@ -29,6 +29,7 @@ from voxcache.cached import CachedEngine
 from voxcache.engines.tone import ToneEngine
 from voxcache.entry import audio_entry
 from voxcache.request import SynthesisRequest as R
+from voxcache.testing import forked
 from voxcache.tiers.layout import entry_path
 
 
@@ -151,7 +152,7 @@ def test_an_index_locked_by_another_process_stalls_nothing(cache_dir):
     tone = ToneEngine()
     cached = CachedEngine(tone, Cache(cache_dir))
     cached.synthesize(R("Warm-up phrase."))
-    locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(cache_dir / "index.sqlite3")],
+    locker = forked.popen([sys.executable, "-c", LOCKER, str(cache_dir / "index.sqlite3")],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert locker.stdout.readline().strip() == "locked"  # type: ignore[union-attr]

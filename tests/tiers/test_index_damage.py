@@ -30,6 +30,7 @@ from voxcache.cached import CachedEngine
 from voxcache.engines.tone import ToneEngine
 from voxcache.packs import sequence
 from voxcache.request import SynthesisRequest as R
+from voxcache.testing import forked
 from voxcache.testing.cli import run_cli
 from voxcache.tiers import lifecycle, purged, repair
 
@@ -72,7 +73,7 @@ def filled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, tuple[int, i
     """A folder a real process stored ``TAKES`` takes in and closed, with what the CLI says
     of it before any damage (each test damages a copy)."""
     root = tmp_path_factory.mktemp("filled") / "cache"
-    subprocess.run([sys.executable, "-c", FILL, str(root), str(TAKES), "close"], check=True,
+    forked.run([sys.executable, "-c", FILL, str(root), str(TAKES), "close"], check=True,
                    timeout=120)
     truth = what_the_cli_says(root)
     assert truth[0] == TAKES and len(truth[2]) == TAKES
@@ -132,9 +133,9 @@ def test_a_log_lost_after_a_crash_leaves_nothing_uncounted(tmp_path: Path) -> No
     index is an older, consistent one; ``stats`` used to count the takes of the first run
     only (it did not wait for the start-up walk that adds the rest)."""
     root = tmp_path / "cache"
-    subprocess.run([sys.executable, "-c", FILL, str(root), "40", "close"], check=True,
+    forked.run([sys.executable, "-c", FILL, str(root), "40", "close"], check=True,
                    timeout=120)
-    writer = subprocess.Popen([sys.executable, "-c", FILL, str(root), str(TAKES), "hold"],
+    writer = forked.popen([sys.executable, "-c", FILL, str(root), str(TAKES), "hold"],
                               stdout=subprocess.PIPE, text=True)
     assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
     writer.send_signal(signal.SIGKILL)
@@ -221,7 +222,7 @@ def test_looking_at_the_index_file_never_drops_the_locks_sqlite_holds_on_it(cach
         again.folder.startup_check.join()  # type: ignore[union-attr]
         again.close()
         index = cache_dir / "index.sqlite3"
-        subprocess.run([sys.executable, "-c", CLOSER, str(index)], check=True, timeout=60)
+        forked.run([sys.executable, "-c", CLOSER, str(index)], check=True, timeout=60)
         assert (cache_dir / "index.sqlite3-wal").exists(), "another process removed the log"
         assert (cache_dir / "index.sqlite3-shm").exists()
         assert cached.synthesize(R("A second take.")).stored

@@ -27,6 +27,7 @@ import pytest
 from voxcache.cache import Cache, CacheConfig
 from voxcache.entry import Entry, blob_entry, decode
 from voxcache.tensors import tensor_entry
+from voxcache.testing import forked
 from voxcache.testing.tier_contract import TierContract
 from voxcache.tiers import disk_reads, disk_writes, inline
 from voxcache.tiers.disk import DiskTier
@@ -190,7 +191,7 @@ RACER = textwrap.dedent("""
 
 def test_first_writer_wins_across_processes(cache_dir):
     Cache(cache_dir).close()
-    procs = [subprocess.Popen([sys.executable, "-c", RACER, str(cache_dir), str(me), "40"],
+    procs = [forked.popen([sys.executable, "-c", RACER, str(cache_dir), str(me), "40"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
              for me in (1, 2, 3)]
     for proc in procs:
@@ -233,7 +234,7 @@ def test_writers_killed_mid_write_leave_whole_records_or_none(cache_dir):
     Cache(cache_dir).close()
     rng = random.Random(3)
     for round_ in range(8):
-        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(cache_dir),
+        proc = forked.popen([sys.executable, "-c", WRITER, str(cache_dir),
                                  str(round_ * 100_000)], stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         time.sleep(rng.uniform(0.05, 0.4))
@@ -347,7 +348,7 @@ def test_a_damaged_store_is_set_aside_and_the_process_lives(cache_dir, tmp_path,
             (folder / name).unlink()
         folder.rmdir()
         folder.write_bytes(b"not a folder")
-    done = subprocess.run([sys.executable, "-c", READER, str(cache_dir)], capture_output=True,
+    done = forked.run([sys.executable, "-c", READER, str(cache_dir)], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     misses, stored, back = done.stdout.split()
@@ -404,7 +405,7 @@ def test_a_store_replaced_by_another_process_is_followed(cache_dir):
         store.replace_damaged("told so by the test")
         inline.release(store)
     """)
-    subprocess.run([sys.executable, "-c", other, str(cache_dir)], check=True, timeout=60)
+    forked.run([sys.executable, "-c", other, str(cache_dir)], check=True, timeout=60)
     entry = small(9)
     assert cache.put(entry)
     cache.close()

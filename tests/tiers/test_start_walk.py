@@ -24,6 +24,7 @@ import pytest
 from voxcache.audio import Audio
 from voxcache.cache import Cache
 from voxcache.entry import audio_entry, blob_entry
+from voxcache.testing import forked
 from voxcache.tiers import inline, lifecycle
 from voxcache.tiers.layout import entry_path
 
@@ -55,7 +56,7 @@ class Holder:
 
     def __init__(self, root: Path, i: int) -> None:
         self.key = f"{i:064x}"
-        self.proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(root), self.key],
+        self.proc = forked.popen([sys.executable, "-c", HOLDER, str(root), self.key],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import subprocess
 import sys
 
 import numpy as np
@@ -15,6 +14,7 @@ from voxcache.cache import Cache, CacheConfig
 from voxcache.entry import audio_entry
 from voxcache.errors import CacheDirError
 from voxcache.request import SynthesisRequest as R
+from voxcache.testing import forked
 from voxcache.tiers import disk as disk_module
 from voxcache.tiers.disk import DiskTier
 from voxcache.tiers.layout import entry_path
@@ -46,7 +46,7 @@ def test_disk_hit_in_a_new_process(cache_dir, cached_tone):
         "r = c.synthesize(SynthesisRequest('Order forty-two, please.'));"
         "sys.stdout.buffer.write(f'{r.cache} {r.tier} {len(e.calls)} '.encode() + r.audio.pcm)"
     )
-    out = subprocess.run([sys.executable, "-c", script, str(cache_dir)], capture_output=True,
+    out = forked.run([sys.executable, "-c", script, str(cache_dir)], capture_output=True,
                          check=True).stdout
     status, tier, calls, pcm = out.split(b" ", 3)
     assert (status, tier, calls) == (b"hit", b"disk", b"0")

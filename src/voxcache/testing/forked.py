@@ -23,11 +23,12 @@ import sys
 import tempfile
 import threading
 import traceback
+import types
 from collections.abc import Mapping, Sequence
 from typing import IO, Any, NoReturn
 
 MODULES = ("voxcache", "voxcache.cli")
-"""``python -m`` targets that are forked."""
+"""``python -m`` targets that are forked (as are ``python -c CODE`` and ``python FILE.py``)."""
 PRELOAD = ("voxcache.cli", "voxcache.runtime", "voxcache.service.app",
            "voxcache.service.options", "voxcache.service.protocol", "voxcache.engines.tone",
            "uvicorn", "uvicorn.main", "httpx")
@@ -157,10 +158,23 @@ class _Zygote:
 _ZYGOTE = _Zygote()
 
 
+def _program(cmd: Any) -> dict[str, Any] | None:
+    """What the command runs, as the zygote's child takes it; None: not a plain ``python
+    -m voxcache``, ``python -c CODE`` or ``python FILE.py`` (interpreter options, …)."""
+    if not isinstance(cmd, list | tuple) or len(cmd) < 2 or cmd[0] != sys.executable:
+        return None
+    first, rest = os.fspath(cmd[1]), [os.fspath(arg) for arg in cmd[2:]]
+    if first == "-m" and rest and rest[0] in MODULES:
+        return {"module": rest[0], "args": rest[1:]}
+    if first == "-c" and rest:
+        return {"code": rest[0], "args": rest[1:]}
+    if first.endswith(".py"):
+        return {"path": os.path.abspath(first), "args": rest}
+    return None
+
+
 def _forkable(cmd: Any, kwargs: Mapping[str, Any]) -> bool:
-    if not isinstance(cmd, list | tuple) or len(cmd) < 3:
-        return False
-    if cmd[0] != sys.executable or cmd[1] != "-m" or cmd[2] not in MODULES:
+    if _program(cmd) is None:
         return False
     if not set(kwargs) <= FORKABLE or kwargs.get("stdin") not in (None, subprocess.DEVNULL):
         return False  # (no test writes to a voxcache command's stdin)
@@ -201,8 +215,7 @@ def popen(cmd: Sequence[str], **kwargs: Any) -> Any:
         return subprocess.Popen(cmd, **kwargs)
     send, opened, keep = _streams(kwargs)
     env = kwargs.get("env")
-    request = {"module": cmd[2], "args": list(cmd[3:]),
-               "env": dict(os.environ if env is None else env),
+    request = {**(_program(cmd) or {}), "env": dict(os.environ if env is None else env),
                "cwd": os.fspath(kwargs.get("cwd") or os.getcwd()),
                "new_session": bool(kwargs.get("start_new_session"))}
     conn = _ZYGOTE.connect()
@@ -302,7 +315,8 @@ def _reap(children: dict[int, socket.socket]) -> None:
 
 
 def _child(request: dict[str, Any], fds: list[int], conn: socket.socket) -> NoReturn:
-    """In the fork: become the command ``python -m MODULE ARGS`` and exit as it would."""
+    """In the fork: become the command (``python -m MODULE``, ``-c CODE`` or ``FILE.py``,
+    then its arguments) and exit as it would."""
     conn.close()
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -315,18 +329,20 @@ def _child(request: dict[str, Any], fds: list[int], conn: socket.socket) -> NoRe
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    sys.argv = ["-m", *request["args"]]  # runpy sets argv[0] to the module's file
     code = 0
     try:
-        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        _run(request)
     except SystemExit as exc:
         if exc.code is None or isinstance(exc.code, int):
             code = exc.code or 0
         else:
             print(exc.code, file=sys.stderr)
             code = 1
-    except BaseException:  # what the interpreter prints for an uncaught exception
-        traceback.print_exc()
+    except BaseException as exc:  # what the interpreter prints: the program's frames
+        frames = exc.__traceback__
+        while frames is not None and frames.tb_frame.f_code.co_filename == __file__:
+            frames = frames.tb_next
+        traceback.print_exception(type(exc), exc, frames)
         code = 1
     threading._shutdown()  # type: ignore[attr-defined]  # the interpreter's wait for non-daemon threads
     atexit._run_exitfuncs()
@@ -334,6 +350,22 @@ def _child(request: dict[str, Any], fds: list[int], conn: socket.socket) -> NoRe
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(code)
+
+
+def _run(request: dict[str, Any]) -> None:
+    """Run the program as the interpreter would: argv, ``sys.path[0]`` and ``__main__``."""
+    args = request["args"]
+    if "module" in request:
+        sys.argv, sys.path[0] = ["-m", *args], os.getcwd()  # runpy sets argv[0] to the file
+        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+    elif "code" in request:
+        sys.argv, sys.path[0] = ["-c", *args], ""
+        main = types.ModuleType("__main__")
+        sys.modules["__main__"] = main
+        exec(compile(request["code"], "<string>", "exec"), main.__dict__)
+    else:
+        sys.argv, sys.path[0] = [request["path"], *args], os.path.dirname(request["path"])
+        runpy.run_path(request["path"], run_name="__main__")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ the test's own stands in for a real NFS mount.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 from voxcache.cache import Cache, CacheConfig
 from voxcache.config import load_settings
 from voxcache.errors import CacheDirError, InvalidParameter
+from voxcache.testing import forked
 from voxcache.testing.servers import clean_env
 from voxcache.tiers import disk as disk_module
 
@@ -94,7 +94,7 @@ sys.exit(main(sys.argv[2:]))
 def test_serve_on_an_nfs_cache_folder_stops_with_the_message(tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     table = _mounts(tmp_path, "nfs4", shared)
-    done = subprocess.run(
+    done = forked.run(
         [sys.executable, "-c", REFUSE, str(table), "--cache-dir", str(shared / "vx"),
          "--engine", "tone", "serve", "--port", "1"],
         capture_output=True, text=True, timeout=60,
