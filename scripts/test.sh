@@ -30,16 +30,16 @@ wait "$rewrite" || true  # a module that fails to import is reported by the run 
 # cores three workers took 541 s where two took 666 s; once the tests' processes were forked
 # (voxcache.testing.forked) and used far less CPU, four took 335 s where three took 404 s.
 # Files with slow tests are handed out first (tests/conftest.py orders them; xdist's
-# reordering by test count is off), so no long file is left to run alone at the end. (A three-node test once served two takes of one
-# key under load: leases that time out fail open, and duplicate takes did not converge.
-# Publication now makes them converge; tests/tiers/cluster/test_one_take.py holds it under
-# loaded CPUs and a slow Redis.)
+# reordering by test count is off), so no long file is left to run alone at the end. (A
+# three-node test once served two takes of one key under load: leases that time out fail
+# open, and duplicate takes did not converge. Publication now makes them converge;
+# tests/tiers/cluster/test_one_take.py holds it under loaded CPUs and a slow Redis.)
 parallel=()
 if [ "$(nproc)" -ge 2 ]; then
     parallel=(-n 4 --dist loadfile --no-loadscope-reorder)
 fi
 # numpy's OpenBLAS starts a thread per core in every process and spins them after each
-# call; the suite runs a worker per core and starts ~650 Python processes, none of which
+# call; the suite runs four workers and starts ~650 Python processes, none of which
 # needs a parallel BLAS (voxcache's own array work is element-wise).
 export OPENBLAS_NUM_THREADS=1
 # --durations=20: the slowest phases named in every run, where the time goes
