@@ -1,11 +1,11 @@
-"""``python -m voxcache …`` processes for the tests, forked from one that imported voxcache.
+"""The tests' Python processes, forked from one that imported voxcache, FastAPI and uvicorn.
 
-A test's ``voxcache`` process spent ~0.6 CPU-s importing FastAPI, numpy and voxcache before
-its first line of work, and the suite starts ~300. ``popen``/``run`` take
-``subprocess.Popen``/``run``'s arguments: a plain ``voxcache`` command is forked from a
-*zygote* that imported those once (docs/internals/testing.md), anything else is a subprocess.
-The fork is the real command in a process of its own: ``runpy`` runs the package's
-``__main__`` with the caller's arguments, environment, folder and descriptors.
+A test's ``voxcache`` process spent ~0.6 CPU-s importing them before its first line of work,
+and the suite starts hundreds. ``popen``/``run`` take ``subprocess.Popen``/``run``'s
+arguments: ``python -m voxcache …``, ``python -c CODE …`` and ``python FILE.py …`` are forked
+from a *zygote* that imported those once, anything a fork cannot honour is a subprocess
+(docs/internals/testing.md). The child runs the program as the interpreter would, with the
+caller's arguments, environment, folder and descriptors, in a process of its own.
 """
 
 from __future__ import annotations
