@@ -157,19 +157,21 @@ CLIENT = textwrap.dedent("""
     p = forked.popen([sys.executable, "-m", "voxcache", "--cache-dir", sys.argv[1], "--engine",
                       "tone", "serve", "--port", sys.argv[2]], stdout=subprocess.DEVNULL,
                      stderr=subprocess.DEVNULL)
-    print(p.pid, flush=True)
+    print(p.pid, forked._ZYGOTE._process.pid, forked._ZYGOTE._path, flush=True)
     os._exit(0)  # gone without a word: a killed pytest worker
 """)
 
 
-def test_a_gone_client_takes_its_forks_with_it(tmp_path: Path) -> None:
+def test_a_gone_client_takes_its_forks_and_its_zygote_with_it(tmp_path: Path) -> None:
     client = subprocess.run([sys.executable, "-c", CLIENT, str(tmp_path), str(free_port())],
                             capture_output=True, text=True, timeout=60, env=clean_env())
-    pid = int(client.stdout)
+    fork, zygote, socket_path = client.stdout.split()
     deadline = time.monotonic() + 30
-    while Path(f"/proc/{pid}").exists() and _state(pid) != "Z":
-        assert time.monotonic() < deadline, f"fork {pid} outlived its client"
-        time.sleep(0.05)
+    for pid in (int(fork), int(zygote)):
+        while _state(pid) not in ("gone", "Z"):
+            assert time.monotonic() < deadline, f"{pid} outlived its client"
+            time.sleep(0.05)
+    assert not Path(socket_path).parent.exists()  # nothing left in /tmp
 
 
 def _state(pid: int) -> str:

@@ -279,10 +279,12 @@ def _zygote(path: str, alive: int) -> None:
             elif key.fileobj == wake_r:
                 os.read(wake_r, 4096)
                 _reap(children)
-            else:  # the client is gone: so are its children
+            else:  # the client is gone: so are its children, its socket and its folder
                 for pid in children:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
+                os.unlink(path)
+                os.rmdir(os.path.dirname(path))
                 return
 
 
