@@ -319,6 +319,35 @@ def fill(cache_dir: Path, n: int = 50) -> None:
     cache.close()
 
 
+def test_damage_seen_before_the_store_was_replaced_leaves_the_new_one(cache_dir):
+    """The start-up walk and a read both meet a damaged store. The read's report replaces it
+    and an entry is written to the new one; the walk's report, from a transaction begun on
+    the old store, arrives after. It used to set aside the new store too, with what was
+    written to it (the zeroed-pages case below lost its entry in 1 of 30 loaded runs)."""
+    fill(cache_dir)
+    data = cache_dir / inline.FOLDER / "data.mdb"
+    raw = bytearray(data.read_bytes())
+    raw[2 * 4096:] = bytes(len(raw) - 2 * 4096)
+    data.write_bytes(bytes(raw))
+    store = inline.acquire(cache_dir)
+    assert store is not None
+    try:
+        with pytest.raises(inline.InlineDamaged) as walk:
+            list(store.names())
+        with pytest.raises(inline.InlineDamaged) as read:
+            store.get(inline.record_name(f"{1:064x}", "encoded"))
+        store.replace_damaged(read.value)
+        assert len(quarantined(cache_dir)) == 1
+        name = inline.record_name(f"{7:064x}", "encoded")
+        assert store.put(name, b"written to the new store", lambda existing: True) == "new"
+        store.replace_damaged(walk.value)  # late: about the store already replaced
+        assert store.get(name) == b"written to the new store"
+        assert len(quarantined(cache_dir)) == 1
+        assert list(store.names()) == [name]
+    finally:
+        inline.release(store)
+
+
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "zeroed pages", "symlink",
                                     "fifo", "folder is a file"])
 def test_a_damaged_store_is_set_aside_and_the_process_lives(cache_dir, tmp_path, damage):
@@ -402,7 +431,7 @@ def test_a_store_replaced_by_another_process_is_followed(cache_dir):
         from pathlib import Path
         from voxcache.tiers import inline
         store = inline.acquire(Path(sys.argv[1]))
-        store.replace_damaged("told so by the test")
+        store.replace_damaged(inline.InlineDamaged("told so by the test", store._inode))
         inline.release(store)
     """)
     forked.run([sys.executable, "-c", other, str(cache_dir)], check=True, timeout=60)

@@ -198,7 +198,7 @@ class DiskReads:
         log.warning("disk tier: quarantined inline entry %s: %s", key, reason)
         self.count("corruptions")
 
-    def _inline_damaged(self, exc: Exception) -> None:
+    def _inline_damaged(self, exc: InlineDamaged) -> None:
         """LMDB reported damage: an empty store takes its place, and a walk in the
         background drops the index rows of the entries that went with it."""
         self.faults.report("inline store", exc, "the inline store is damaged; replaced by "
@@ -209,7 +209,7 @@ class DiskReads:
             return
         openers.mark_unchecked(self.root)
         try:
-            store.replace_damaged(str(exc))
+            store.replace_damaged(exc)
         except (OSError, InlineUnavailable) as again:
             self.faults.report("inline store", again, "the damaged inline store could not "
                                "be replaced; small entries go to files")

@@ -54,7 +54,13 @@ _DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError,
 
 
 class InlineDamaged(Exception):
-    """The store reported damage: it must be replaced, its entries are gone."""
+    """The store reported damage: it must be replaced, its entries are gone. ``store`` is
+    the store it was seen in (the inode of its data file): a report that arrives after that
+    store was replaced is about the old one."""
+
+    def __init__(self, message: str, store: int) -> None:
+        super().__init__(message)
+        self.store = store
 
 
 class InlineUnavailable(Exception):
@@ -116,66 +122,56 @@ class InlineStore:
     # -- reads and writes -------------------------------------------------------------
     def get(self, name: bytes) -> bytes | None:
         """The record's bytes (a copy), or None."""
-        try:
-            with self._env().begin() as txn:
-                return txn.get(name)
-        except _DAMAGE as exc:
-            raise InlineDamaged(str(exc)) from exc
-        except lmdb.Error as exc:
-            raise InlineUnavailable(str(exc)) from exc
+        with self._transaction() as txn:
+            return txn.get(name)
 
     def has(self, name: bytes) -> bool:
-        """Whether a record has this name (its bytes are not read)."""
-        try:
-            with self._env().begin(buffers=True) as txn:
-                return txn.get(name) is not None
-        except _DAMAGE as exc:
-            raise InlineDamaged(str(exc)) from exc
-        except lmdb.Error as exc:
-            raise InlineUnavailable(str(exc)) from exc
+        """Whether a record has this name."""
+        with self._transaction() as txn:
+            return txn.get(name) is not None
 
     def put(self, name: bytes, blob: bytes, keep: Callable[[bytes], bool]) -> str:
         """Store ``blob`` unless a record ``keep`` accepts is there: ``new``, ``replaced``
         (over one ``keep`` refused: expired or damaged) or ``exists``. One write
         transaction, so two processes writing one name cannot both win."""
-        env = self._env(check_replaced=True)
-        try:
-            with env.begin(write=True) as txn:
-                existing = txn.get(name)
-                if existing is not None and keep(existing):
-                    return "exists"
-                txn.put(name, blob)
-            self.wrote = True
-            return "new" if existing is None else "replaced"
-        except _DAMAGE as exc:
-            raise InlineDamaged(str(exc)) from exc
-        except lmdb.Error as exc:
-            raise InlineUnavailable(str(exc)) from exc
+        with self._transaction(write=True, check_replaced=True) as txn:
+            existing = txn.get(name)
+            if existing is not None and keep(existing):
+                return "exists"
+            txn.put(name, blob)
+        self.wrote = True
+        return "new" if existing is None else "replaced"
 
     def delete(self, name: bytes, only_if: Callable[[bytes], bool] | None = None) -> bool:
         """Remove a record (only if ``only_if`` accepts its bytes, when given); True if
         one went."""
-        try:
-            with self._env(check_replaced=True).begin(write=True) as txn:
-                if only_if is not None:
-                    current = txn.get(name)
-                    if current is None or not only_if(current):
-                        return False
-                gone = txn.delete(name)
-            self.wrote = self.wrote or gone
-            return gone
-        except _DAMAGE as exc:
-            raise InlineDamaged(str(exc)) from exc
-        except lmdb.Error as exc:
-            raise InlineUnavailable(str(exc)) from exc
+        with self._transaction(write=True, check_replaced=True) as txn:
+            if only_if is not None:
+                current = txn.get(name)
+                if current is None or not only_if(current):
+                    return False
+            gone: bool = txn.delete(name)
+        self.wrote = self.wrote or gone
+        return gone
 
     def names(self) -> Iterator[bytes]:
         """Every record's name (for the start-up walk), from one snapshot."""
+        with self._transaction() as txn:
+            yield from txn.cursor().iternext(keys=True, values=False)
+
+    @contextlib.contextmanager
+    def _transaction(self, *, write: bool = False, check_replaced: bool = False,
+                     ) -> Iterator[lmdb.Transaction[bytes]]:
+        """A transaction on the current store; LMDB's errors as ours, a damage report
+        naming the store it was seen in."""
+        self._env(check_replaced)
+        with self._lock:
+            env, store = self.env, self._inode
         try:
-            with self._env().begin() as txn:
-                yield from txn.cursor().iternext(keys=True, values=False)
+            with env.begin(write=write) as txn:
+                yield txn
         except _DAMAGE as exc:
-            raise InlineDamaged(str(exc)) from exc
+            raise InlineDamaged(str(exc), store) from exc
         except lmdb.Error as exc:
             raise InlineUnavailable(str(exc)) from exc
 
@@ -188,14 +184,16 @@ class InlineStore:
         except lmdb.Error as exc:
             raise InlineUnavailable(str(exc)) from exc
 
-    def replace_damaged(self, cause: str) -> None:
-        """Move the store aside (unless another process already did) and start an empty
-        one."""
+    def replace_damaged(self, damage: InlineDamaged) -> None:
+        """Move the damaged store aside and start an empty one, unless it was replaced since
+        the damage was seen, by another process or by this one: a report from a transaction
+        begun on the old store must not set aside the new one (and what was written to it)."""
         try:
             with self._lock, _folder_lock(self.root):
-                if self._inode == _inode_of(self.folder):
-                    _set_aside(self.root, f"damaged: {cause}")
-                self._reopen(distrust=False, locked=True)
+                if damage.store == self._inode == _inode_of(self.folder):
+                    _set_aside(self.root, f"damaged: {damage}")
+                if self._inode != _inode_of(self.folder):
+                    self._reopen(distrust=False, locked=True)
         except lmdb.Error as exc:
             raise InlineUnavailable(str(exc)) from exc
 
@@ -213,7 +211,9 @@ class InlineStore:
                 if self._pid != os.getpid():  # a forked child: never touch the parent's
                     _INHERITED.append(self.env)
                     self._pid = os.getpid()
-                self._reopen(distrust=False)
+                    self._reopen(distrust=False)
+                elif self._replaced():  # asked again: another thread may have followed it
+                    self._reopen(distrust=False)
         return self.env
 
     def _replaced(self) -> bool:
@@ -295,12 +295,12 @@ def acquire(root: Path, *, distrust: bool = False) -> InlineStore | None:
 def release(store: InlineStore) -> None:
     """Give back a handle from ``acquire``; the last one closes the store (syncing what
     this process wrote)."""
-    with _OPEN_LOCK:
+    with _OPEN_LOCK:  # closed before another thread can open it again (LMDB: once a process)
         store.refs -= 1
         if store.refs > 0:
             return
         _OPEN.pop((os.path.realpath(store.root), os.getpid()), None)
-    store.close()
+        store.close()
 
 
 @contextlib.contextmanager

@@ -300,15 +300,17 @@ def _has_record(store: inline.InlineStore | None, name: bytes) -> bool:
 
 
 def _stored_records(store: inline.InlineStore | None) -> dict[str, bytes]:
-    """Key → record name of every inline entry; none when the store is damaged (it is
-    replaced by an empty one: those entries are gone, so are their rows)."""
+    """Key → record name of every inline entry. A damaged store is replaced by an empty one
+    (its entries are gone, so are their rows); what was written since, to the store that
+    replaced it, is read from there."""
     if store is None:
         return {}
-    try:
-        return {inline.key_of(name): name for name in store.names()}
-    except inline.InlineDamaged as exc:
-        store.replace_damaged(str(exc))
-        return {}
+    for _ in range(2):
+        try:
+            return {inline.key_of(name): name for name in store.names()}
+        except inline.InlineDamaged as exc:
+            store.replace_damaged(exc)
+    return {}
 
 
 def _row_of_record(root: Path, index: Index, store: inline.InlineStore | None, key: str,
