@@ -68,6 +68,13 @@ class InlineUnavailable(Exception):
     too many readers); the disk tier falls back to a file or a miss."""
 
 
+def _translated(exc: lmdb.Error, store: int) -> InlineDamaged | InlineUnavailable:
+    """LMDB's error as ours: damage (the store ``store`` must go) or not now."""
+    if isinstance(exc, _DAMAGE):
+        return InlineDamaged(str(exc), store)
+    return InlineUnavailable(str(exc))
+
+
 def eligible(kind: str, size: int) -> bool:
     """Whether an entry of ``kind`` and ``size`` bytes is stored inline."""
     return size <= INLINE_MAX and kind not in FILE_KINDS
@@ -122,58 +129,68 @@ class InlineStore:
     # -- reads and writes -------------------------------------------------------------
     def get(self, name: bytes) -> bytes | None:
         """The record's bytes (a copy), or None."""
-        with self._transaction() as txn:
-            return txn.get(name)
+        env, store = self._current()
+        try:
+            with env.begin() as txn:
+                return txn.get(name)
+        except lmdb.Error as exc:
+            raise _translated(exc, store) from exc
 
     def has(self, name: bytes) -> bool:
-        """Whether a record has this name."""
-        with self._transaction() as txn:
-            return txn.get(name) is not None
+        """Whether a record has this name (its bytes are not read)."""
+        env, store = self._current()
+        try:
+            with env.begin(buffers=True) as txn:
+                return txn.get(name) is not None
+        except lmdb.Error as exc:
+            raise _translated(exc, store) from exc
 
     def put(self, name: bytes, blob: bytes, keep: Callable[[bytes], bool]) -> str:
         """Store ``blob`` unless a record ``keep`` accepts is there: ``new``, ``replaced``
         (over one ``keep`` refused: expired or damaged) or ``exists``. One write
         transaction, so two processes writing one name cannot both win."""
-        with self._transaction(write=True, check_replaced=True) as txn:
-            existing = txn.get(name)
-            if existing is not None and keep(existing):
-                return "exists"
-            txn.put(name, blob)
+        env, store = self._current(check_replaced=True)
+        try:
+            with env.begin(write=True) as txn:
+                existing = txn.get(name)
+                if existing is not None and keep(existing):
+                    return "exists"
+                txn.put(name, blob)
+        except lmdb.Error as exc:
+            raise _translated(exc, store) from exc
         self.wrote = True
         return "new" if existing is None else "replaced"
 
     def delete(self, name: bytes, only_if: Callable[[bytes], bool] | None = None) -> bool:
         """Remove a record (only if ``only_if`` accepts its bytes, when given); True if
         one went."""
-        with self._transaction(write=True, check_replaced=True) as txn:
-            if only_if is not None:
-                current = txn.get(name)
-                if current is None or not only_if(current):
-                    return False
-            gone: bool = txn.delete(name)
+        env, store = self._current(check_replaced=True)
+        try:
+            with env.begin(write=True) as txn:
+                if only_if is not None:
+                    current = txn.get(name)
+                    if current is None or not only_if(current):
+                        return False
+                gone: bool = txn.delete(name)
+        except lmdb.Error as exc:
+            raise _translated(exc, store) from exc
         self.wrote = self.wrote or gone
         return gone
 
     def names(self) -> Iterator[bytes]:
         """Every record's name (for the start-up walk), from one snapshot."""
-        with self._transaction() as txn:
-            yield from txn.cursor().iternext(keys=True, values=False)
+        env, store = self._current()
+        try:
+            with env.begin() as txn:
+                yield from txn.cursor().iternext(keys=True, values=False)
+        except lmdb.Error as exc:
+            raise _translated(exc, store) from exc
 
-    @contextlib.contextmanager
-    def _transaction(self, *, write: bool = False, check_replaced: bool = False,
-                     ) -> Iterator[lmdb.Transaction[bytes]]:
-        """A transaction on the current store; LMDB's errors as ours, a damage report
-        naming the store it was seen in."""
+    def _current(self, check_replaced: bool = False) -> tuple[lmdb.Environment, int]:
+        """The store to use and its identity (the inode its damage reports name)."""
         self._env(check_replaced)
         with self._lock:
-            env, store = self.env, self._inode
-        try:
-            with env.begin(write=write) as txn:
-                yield txn
-        except _DAMAGE as exc:
-            raise InlineDamaged(str(exc), store) from exc
-        except lmdb.Error as exc:
-            raise InlineUnavailable(str(exc)) from exc
+            return self.env, self._inode
 
     # -- upkeep ------------------------------------------------------------------------
     def maintain(self) -> None:
