@@ -79,23 +79,27 @@ def test_signals_reach_the_fork_and_its_exit_is_the_process_exit(tmp_path: Path)
     real = subprocess.Popen([sys.executable, "-m", "voxcache", "--cache-dir", str(tmp_path),
                              "--engine", "tone", "serve", "--port", str(port := free_port())],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=clean_env())
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        process = _serve(tmp_path / "cache", free_port())
-        assert process.pid != os.getpid()
-        assert Path(f"/proc/{process.pid}").exists()
-        with pytest.raises(subprocess.TimeoutExpired):
-            process.wait(0.2)
-        process.send_signal(sig)
-        code = process.wait(30)
-        assert process.poll() == code == process.returncode
-        if sig == signal.SIGKILL:
-            assert code == -9
-            continue
-        assert "serving tone" in process.stdout.read()  # its output, to the end
-        _ready(real, port)
-        real.send_signal(sig)
-        assert code == real.wait(30)  # uvicorn raises SIGTERM again once it has stopped
-        process.kill()  # reaped: its pid is not signalled again
+    try:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            process = _serve(tmp_path / "cache", free_port())
+            assert process.pid != os.getpid()
+            assert Path(f"/proc/{process.pid}").exists()
+            with pytest.raises(subprocess.TimeoutExpired):
+                process.wait(0.2)
+            process.send_signal(sig)
+            code = process.wait(30)
+            assert process.poll() == code == process.returncode
+            if sig == signal.SIGKILL:
+                assert code == -9
+                continue
+            assert "serving tone" in process.stdout.read()  # its output, to the end
+            _ready(real, port)
+            real.send_signal(sig)
+            assert code == real.wait(30)  # uvicorn raises SIGTERM again once it has stopped
+            process.kill()  # reaped: its pid is not signalled again
+    finally:
+        real.kill()
+        real.wait(30)
 
 
 def test_a_new_session_is_its_own_process_group(tmp_path: Path) -> None:
@@ -107,7 +111,8 @@ def test_a_new_session_is_its_own_process_group(tmp_path: Path) -> None:
 
 def test_what_a_fork_cannot_honour_is_a_subprocess(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "voxcache", "--version"]
-    assert isinstance(forked.popen(cmd, stdout=subprocess.DEVNULL), forked.ForkedProcess)
+    with forked.popen(cmd, stdout=subprocess.DEVNULL) as p:
+        assert isinstance(p, forked.ForkedProcess)
     for other in ([sys.executable, "-X", "importtime", "-m", "voxcache", "--version"],
                   [sys.executable, "-I", "-c", "print(1)"], [sys.executable, "-m", "pip"],
                   ["/bin/echo", sys.executable]):
