@@ -130,7 +130,8 @@ class _Zygote:
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._path = ""
-        self.env: dict[str, str] = {}
+        self.startup: dict[str, str] | None = None
+        """What of its environment the zygote read as it started (``_read_at_start``)."""
 
     def connect(self) -> socket.socket:
         with self._lock:
@@ -143,10 +144,10 @@ class _Zygote:
     def _start(self) -> None:
         self._path = os.path.join(tempfile.mkdtemp(prefix="vx-zygote-"), "socket")
         alive_r, alive_w = os.pipe()  # EOF on alive_r: this process is gone
-        self.env = dict(os.environ)
+        self.startup = _startup_env(os.environ)
         self._process = subprocess.Popen(
             [sys.executable, "-m", __name__, self._path, str(alive_r)], pass_fds=[alive_r],
-            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=self.env)
+            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
         os.close(alive_r)
         atexit.register(os.close, alive_w)
         assert self._process.stdout is not None
@@ -173,14 +174,13 @@ def _program(cmd: Any) -> dict[str, Any] | None:
     return None
 
 
-def _forkable(cmd: Any, kwargs: Mapping[str, Any]) -> bool:
-    if _program(cmd) is None:
-        return False
+def _forkable(kwargs: Mapping[str, Any]) -> bool:
+    """Whether a fork honours these ``Popen`` arguments (the program is one, ``_program``)."""
     if not set(kwargs) <= FORKABLE or kwargs.get("stdin") not in (None, subprocess.DEVNULL):
         return False  # (no test writes to a voxcache command's stdin)
     env = kwargs.get("env")
-    started = _ZYGOTE.env or dict(os.environ)
-    return env is None or _startup_env(env) == _startup_env(started)
+    started = _ZYGOTE.startup if _ZYGOTE.startup is not None else _startup_env(os.environ)
+    return env is None or _startup_env(env) == started
 
 
 def _streams(kwargs: Mapping[str, Any]) -> tuple[list[int], list[int], dict[str, Any]]:
@@ -211,11 +211,12 @@ def _streams(kwargs: Mapping[str, Any]) -> tuple[list[int], list[int], dict[str,
 
 def popen(cmd: Sequence[str], **kwargs: Any) -> Any:
     """``subprocess.Popen(cmd, **kwargs)``, forked from the zygote where it can be."""
-    if not _forkable(cmd, kwargs):
+    program = _program(cmd)
+    if program is None or not _forkable(kwargs):
         return subprocess.Popen(cmd, **kwargs)
     send, opened, keep = _streams(kwargs)
     env = kwargs.get("env")
-    request = {**(_program(cmd) or {}), "env": dict(os.environ if env is None else env),
+    request = {**program, "env": dict(os.environ if env is None else env),
                "cwd": os.fspath(kwargs.get("cwd") or os.getcwd()),
                "new_session": bool(kwargs.get("start_new_session"))}
     conn = _ZYGOTE.connect()
@@ -233,7 +234,7 @@ def run(cmd: Sequence[str], *, capture_output: bool = False, timeout: float | No
     """``subprocess.run(cmd, …)``, forked from the zygote where it can be."""
     if capture_output:
         kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    if not _forkable(cmd, kwargs):
+    if _program(cmd) is None or not _forkable(kwargs):
         return subprocess.run(cmd, timeout=timeout, check=check, **kwargs)
     with popen(cmd, **kwargs) as process:
         try:
