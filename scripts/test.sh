@@ -28,8 +28,8 @@ wait "$rewrite" || true  # a module that fails to import is reported by the run 
 # module fixtures, such as its servers, in one process), one worker more than the cores: much
 # of a worker's time is spent waiting (servers starting, restarts, fault windows). On 2 cores
 # three workers took 541 s where two took 666 s. Once the tests' processes were forked
-# (voxcache.testing.forked), four took 328.6-341.5 s in four clean-clone runs where three take
-# ~400 s, but a fifth failed two tests that the extra load starves (the chaos smoke's Piper
+# (voxcache.testing.forked), four took 328.6-341.5 s in four clean-clone runs where three took
+# 364.9 s, but a fifth failed two tests that the extra load starves (the chaos smoke's Piper
 # writers finished no write between kills; a dashboard warm was not done in 60 s): three
 # until those hold under four (docs/internals/testing.md).
 # Files with slow tests are handed out first (tests/conftest.py orders them; xdist's
@@ -42,7 +42,7 @@ if [ "$(nproc)" -ge 2 ]; then
     parallel=(-n "$(( $(nproc) < 4 ? $(nproc) + 1 : 4 ))" --dist loadfile --no-loadscope-reorder)
 fi
 # numpy's OpenBLAS starts a thread per core in every process and spins them after each
-# call; the suite runs a worker per core and more, and starts ~650 Python processes, none of which
+# call; the suite runs more workers than cores and starts ~650 Python processes, none of which
 # needs a parallel BLAS (voxcache's own array work is element-wise).
 export OPENBLAS_NUM_THREADS=1
 # --durations=20: the slowest phases named in every run, where the time goes
