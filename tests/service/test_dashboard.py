@@ -187,6 +187,42 @@ def test_dashboard_draws_a_mix_of_hits_and_misses_and_warms_a_missed_phrase(
 
 
 @needs_chromium
+def test_a_warm_click_pressed_before_a_poll_and_released_after_it_still_warms(
+        make_app, live) -> None:
+    """The tables are drawn again at every poll. A browser drops a click whose pressed
+    element left the page before the release, so a poll that rebuilt the row between the two
+    would lose the click: the row must be refreshed in place."""
+    from playwright.sync_api import expect, sync_playwright
+
+    app, cached = make_app(sections={"dashboard": {"interval": 1}})
+    phrase = "Press, wait for a poll, release."
+    with live(app) as server:
+        key = _speech(server.url, phrase).headers["x-cache-key"]
+        assert httpx.delete(f"{server.url}/v1/entries/{key}").status_code == 204
+        with sync_playwright() as pw:
+            browser = _browser(pw)
+            try:
+                page = browser.new_page()
+                page.goto(server.url + "/")
+                row = page.locator("#top-misses tr", has_text=phrase)
+                button = row.locator("button.warm")
+                expect(button).to_be_enabled()
+                button.scroll_into_view_if_needed()
+                box = button.bounding_box()
+                assert box is not None
+                page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+                drawn = page.evaluate("document.body.dataset.refreshed")
+                page.mouse.down()
+                page.wait_for_function(
+                    "(drawn) => document.body.dataset.refreshed !== drawn", arg=drawn)
+                page.mouse.up()
+                expect(row.locator("small.status")).to_have_text("warmed")
+            finally:
+                browser.close()
+    assert cached.engine.calls == [phrase, phrase]
+
+
+@needs_chromium
 def test_a_phrase_that_is_markup_stays_text(make_app, live) -> None:
     """A tenant's phrase is shown to the admin as text: markup in it never runs, and the
     page's policy would not let an injected inline script run either."""

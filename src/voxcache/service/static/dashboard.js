@@ -160,16 +160,21 @@ function drawCharts(doc) {
 
 // -- figures ---------------------------------------------------------------------------
 function row(table, cells, header = false) {
-  const tr = table.insertRow();
-  for (const cell of cells) {
-    const td = el(header ? "th" : "td");
-    if (cell && typeof cell === "object" && !(cell instanceof Node)) {
-      if (cell.node) td.append(cell.node); else td.textContent = cell.text ?? "";
-      if (cell.cls) td.className = cell.cls;
-    } else if (cell instanceof Node) td.append(cell);
-    else td.textContent = cell ?? "";
-    tr.append(td);
-  }
+  return fill(table.insertRow(), cells, header);
+}
+
+// Sets a row's cells in place: a cell already holding the given node keeps it (and so a
+// button under the pointer stays in the page; see drawTop).
+function fill(tr, cells, header = false) {
+  cells.forEach((cell, i) => {
+    const td = tr.cells[i] || tr.appendChild(el(header ? "th" : "td"));
+    const spec = cell instanceof Node ? { node: cell } :
+      cell && typeof cell === "object" ? cell : { text: cell };
+    td.className = spec.cls || "";
+    if (!spec.node) td.textContent = spec.text ?? "";
+    else if (td.childNodes.length !== 1 || td.firstChild !== spec.node) td.replaceChildren(spec.node);
+  });
+  while (tr.cells.length > cells.length) tr.deleteCell(-1);
   return tr;
 }
 
@@ -320,45 +325,64 @@ async function warm(item, pin) {
   }
 }
 
+// A table is redrawn at every poll, in place: a browser drops a click whose pressed element
+// left the page before the release, so a row that still shows the same key keeps its
+// buttons (which read the row's current item when clicked).
 function drawTop(table, rows, missed) {
-  table.replaceChildren();
-  row(table, ["text", "voice", { text: missed ? "misses" : "hits", cls: "num" },
-              { text: missed ? "engine s spent" : "engine s saved", cls: "num hide-narrow" },
-              missed ? "" : { text: "pinned", cls: "hide-narrow" }], true);
+  fill(table.rows[0] || table.insertRow(),
+       ["text", "voice", { text: missed ? "misses" : "hits", cls: "num" },
+        { text: missed ? "engine s spent" : "engine s saved", cls: "num hide-narrow" },
+        missed ? "" : { text: "pinned", cls: "hide-narrow" }], true);
+  while (table.rows.length > Math.max(1, rows.length) + 1) table.deleteRow(-1);
   if (!rows.length) {
-    row(table, [el("small", missed ? "no misses recorded yet" : "no hits recorded yet")]);
+    const tr = table.rows[1] || table.insertRow();
+    delete tr.dataset.key;
+    fill(tr, [el("small", missed ? "no misses recorded yet" : "no hits recorded yet")]);
     return;
   }
-  for (const item of rows) {
+  rows.forEach((item, i) => {
+    const tr = table.rows[i + 1] || table.insertRow();
     const text = el("span", item.text);
     if (item.kind === "segment") text.append(el("span", "sentence", "tag"));
     if (item.pinned) text.append(el("span", "pinned", "tag"));
     const seconds = item.engine_seconds === null ? "–" :
       (item.engine_seconds_estimated ? "≈ " : "") + secs(item.engine_seconds);
-    let last;
+    let last = { text: item.pinned ? "yes" : "", cls: "hide-narrow" };
     if (missed) {
-      last = el("span");
-      const kept = rowStatus.get(item.key) || { text: "", cls: "" };
-      const status = el("small", kept.text, "status " + kept.cls);
-      const warmButton = el("button", "warm", "small warm");
-      const pinButton = el("button", "pin", "small pin");
-      for (const [button, pin] of [[warmButton, false], [pinButton, true]]) {
-        button.disabled = !item.can_warm;
-        button.title = item.can_warm ? (pin ? "render if needed, then pin (never evicted)" :
-          "render now at background priority") : item.why_not;
-        button.addEventListener("click", () => warm(item, pin));
-        last.append(button, " ");
-      }
-      last.append(status);
-      last = { node: last, cls: "actions" };
-    } else {
-      last = { text: item.pinned ? "yes" : "", cls: "hide-narrow" };
+      if (tr.dataset.key !== item.key || !tr.actions) tr.actions = rowActions(tr);
+      showActions(tr.actions, item);
+      last = { node: tr.actions, cls: "actions" };
     }
-    const tr = row(table, [{ node: text, cls: "text" }, item.voice || "",
-                           { text: int(missed ? item.missed : item.hits), cls: "num" },
-                           { text: seconds, cls: "num hide-narrow" }, last]);
+    tr.item = item;
     tr.dataset.key = item.key;
+    fill(tr, [{ node: text, cls: "text" }, item.voice || "",
+              { text: int(missed ? item.missed : item.hits), cls: "num" },
+              { text: seconds, cls: "num hide-narrow" }, last]);
+  });
+}
+
+function rowActions(tr) {
+  const actions = el("span");
+  for (const pin of [false, true]) {
+    const button = el("button", pin ? "pin" : "warm", pin ? "small pin" : "small warm");
+    button.addEventListener("click", () => warm(tr.item, pin));
+    actions.append(button, " ");
   }
+  actions.append(el("small", "", "status"));
+  return actions;
+}
+
+function showActions(actions, item) {
+  for (const button of actions.querySelectorAll("button")) {
+    const pin = button.classList.contains("pin");
+    button.disabled = !item.can_warm;
+    button.title = item.can_warm ? (pin ? "render if needed, then pin (never evicted)" :
+      "render now at background priority") : item.why_not;
+  }
+  const kept = rowStatus.get(item.key) || { text: "", cls: "" };
+  const status = actions.querySelector("small.status");
+  status.textContent = kept.text;
+  status.className = "status " + kept.cls;
 }
 
 // -- polling ---------------------------------------------------------------------------
