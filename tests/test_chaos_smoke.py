@@ -20,8 +20,15 @@ from typing import Any
 import pytest
 
 from bench.chaos.audit import survey, verify
-from bench.chaos.board import STRIDE
-from bench.chaos.harness import broken_promises
+from bench.chaos.board import STRIDE, Field, Phase
+from bench.chaos.harness import (
+    AIM_PATIENCE,
+    WARM_UP_PATIENCE,
+    Life,
+    Supervisor,
+    broken_promises,
+    parse,
+)
 from bench.chaos.workload import Workload, fresh_render
 from voxcache import Cache, CachedEngine
 from voxcache.entry import audio_entry
@@ -76,6 +83,27 @@ def check_promises(figures: dict[str, Any], kills: int) -> None:
 def test_twenty_kills_serve_nothing_torn_and_leave_nothing_after_restart(twenty_kills):
     assert_promises_held(twenty_kills, 20)
     assert "kills mid-write" in twenty_kills["output"]  # the table was printed
+
+
+def test_kills_wait_for_a_stored_take_and_for_every_reader(tmp_path):
+    """On a loaded machine a Piper writer can be killed before it ever stores a take, and
+    readers with nothing stored check nothing: no kill is armed before both are there."""
+    args = parse(["--writers", "2", "--readers", "1"])
+    supervisor = Supervisor(args, TONE, tmp_path, tmp_path)
+    board, now = supervisor.board, supervisor.started
+    life = Life(slot=0, life=1, pid=0, aimed=True, deadline=None, give_up=now)
+    supervisor.alive.append(life)
+    board.set(0, Field.PHASE, Phase.PUT)  # inside its first put: an aimed kill would fire
+    assert not supervisor.warmed_up(now + 1)
+    board.set(1, Field.PUTS_DONE, 1)  # the other writer stored a take
+    assert not supervisor.warmed_up(now + 1), "the reader is still loading its engine"
+    board.set(board.reader_slot(0), Field.PHASE, Phase.CHOOSING)
+    assert supervisor.warmed_up(now + 2)
+    assert supervisor.warm_up_seconds == 2
+    assert life.give_up == now + 2 + AIM_PATIENCE["tone"]  # its patience counts from here
+    stuck = Supervisor(args, TONE, tmp_path, tmp_path)
+    assert not stuck.warmed_up(stuck.started + WARM_UP_PATIENCE["tone"] - 0.1)
+    assert stuck.warmed_up(stuck.started + WARM_UP_PATIENCE["tone"])  # never waits forever
 
 
 HOLD_A_KEY_LOCK = """

@@ -18,7 +18,8 @@ import numpy as np
 
 class Phase(IntEnum):
     """Where a writer is. ``PUT`` spans the whole ``Cache.put`` call: temp file, publish,
-    index row, memory tier."""
+    index row, memory tier. A reader's slot says ``LOADING`` until it reads, then
+    ``CHOOSING``."""
 
     LOADING = 0
     """Forked; loading the engine (no cache open yet: the uniform kill clock waits)."""

@@ -46,6 +46,9 @@ ones do, so a writer's life holds a handful of takes rather than hundreds."""
 AIM_PATIENCE = {"tone": 2.0, "piper": 20.0}
 """An aimed kill waits this long after the fork for the writer to enter ``Cache.put``, then
 fires anyway."""
+WARM_UP_PATIENCE = {"tone": 10.0, "piper": 120.0}
+"""Kills wait for the first stored take and for every reader to be reading (readers with
+nothing to check would prove nothing), at most this long after the start."""
 POLL = 0.0001
 LEFTOVERS = ("temp_files", "root_temp_files", "stray_files", "key_lock_files",
              "index_rows_without_files", "files_without_index_rows")
@@ -140,6 +143,9 @@ class Supervisor:
         self.next_life = 1
         self.alive: list[Life] = []
         self.put_estimate = 0.0005
+        self.started = time.monotonic()
+        self.warm_up_seconds: float | None = None
+        """Seconds from the start until the kills could begin."""
 
     def spawn(self, slot: int) -> None:
         """Fork a new writer life in ``slot`` and decide how it will die."""
@@ -151,6 +157,25 @@ class Supervisor:
         aimed = self.rng.random() < self.args.aimed
         self.alive.append(Life(slot, life, pid, aimed, None,
                                now + AIM_PATIENCE[self.workload.engine_name]))
+
+    def warmed_up(self, now: float) -> bool:
+        """True once a take is stored and every reader is reading (or the patience ran
+        out). On a loaded machine a Piper writer can take longer than its whole life to
+        store its first take, and readers with nothing stored check nothing."""
+        if self.warm_up_seconds is not None:
+            return True
+        board = self.board
+        stored = any(board.get(board.writer_slot(i), Field.PUTS_DONE)
+                     for i in range(self.args.writers))
+        reading = all(board.get(slot, Field.PHASE) != Phase.LOADING
+                      for slot in board.reader_slots)
+        patience = WARM_UP_PATIENCE[self.workload.engine_name]
+        if not (stored and reading) and now < self.started + patience:
+            return False
+        self.warm_up_seconds = now - self.started
+        for life in self.alive:  # an aimed kill's patience counts from here
+            life.give_up = max(life.give_up, now + AIM_PATIENCE[self.workload.engine_name])
+        return True
 
     def arm(self, life: Life, now: float) -> None:
         """Set the instant of death once it can be chosen: for an aimed kill, when the
@@ -172,7 +197,7 @@ class Supervisor:
         while self.alive:
             now = time.monotonic()
             for life in list(self.alive):
-                if life.deadline is None:
+                if life.deadline is None and self.warmed_up(now):
                     self.arm(life, now)
                 if life.deadline is not None and now >= life.deadline:
                     self.kill(life)
@@ -187,7 +212,8 @@ class Supervisor:
 
     def pause(self) -> None:
         """Short sleeps while an aimed kill waits for a put; else sleep to the next death."""
-        if any(life.aimed and life.deadline is None for life in self.alive):
+        if self.warm_up_seconds is not None and any(
+                life.aimed and life.deadline is None for life in self.alive):
             time.sleep(POLL)
             return
         nearest = min((life.deadline for life in self.alive if life.deadline is not None),
@@ -352,7 +378,8 @@ def assemble(args: argparse.Namespace, supervisor: Supervisor, before: Survey, a
                     "cpu": _cpu_model(), "platform": platform.platform(),
                     "python": platform.python_version()},
         "library": _library(),
-        "seconds": {"kills": round(run_seconds, 1), "audit": round(audit_seconds, 1)},
+        "seconds": {"warm_up": round(supervisor.warm_up_seconds or 0.0, 1),
+                    "kills": round(run_seconds, 1), "audit": round(audit_seconds, 1)},
         "kills": {
             "total": tally.kills, "aimed": tally.aimed, "uniform": tally.kills - tally.aimed,
             "mid_write": mid_write,

@@ -32,7 +32,8 @@ def rows(figures: dict[str, Any]) -> list[tuple[str, str, Any]]:
         ("run", "machine", f"{m['cores']} cores, {m['cpu']}"),
         ("run", "voxcache measured", figures["library"]["git_commit"]
          or figures["library"]["path"]),
-        ("run", "duration: kills / audit (s)", f"{s['kills']} / {s['audit']}"),
+        ("run", "duration: warm-up / kills / audit (s)",
+         f"{s['warm_up']} / {s['kills']} / {s['audit']}"),
         ("kills", "kills (SIGKILL)", k["total"]),
         ("kills", "  aimed / uniform", f"{k['aimed']} / {k['uniform']}"),
         ("kills", "kills mid-write (inside Cache.put, by marker)", k["mid_write"]),

@@ -162,6 +162,7 @@ def run_reader(board: Board, slot: int, workload: Workload, root: Path, logs: Pa
     board.set(slot, Field.PID, os.getpid())
     cache = Cache(root, CacheConfig(memory_default_budget=0))
     cached = CachedEngine(workload.engine(), cache)
+    board.set(slot, Field.PHASE, Phase.CHOOSING)  # reading: the kills may begin
     rng = random.Random(seed)
     expected: dict[int, Audio] = {}
     try:
