@@ -14,7 +14,9 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -49,8 +51,18 @@ CHARTS_JS = """() => {
 }"""
 
 
-def _browser(pw):  # type: ignore[no-untyped-def]
-    return pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One chromium for the module (~2.7 CPU-s a launch); each test's page has a browser
+    context of its own, so no storage or cookie is shared between tests."""
+    if not shutil.which("chromium"):
+        pytest.skip("needs Debian's chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        launched = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield launched
+        launched.close()
 
 
 def _speech(url: str, text: str, fmt: str = "wav") -> httpx.Response:
@@ -68,43 +80,41 @@ def _stats_hit_rate(url: str) -> tuple[float, int, int]:
 
 
 @needs_chromium
-def test_type_speak_listen_and_see_how_it_was_served(tone_server) -> None:
-    from playwright.sync_api import expect, sync_playwright
+def test_type_speak_listen_and_see_how_it_was_served(tone_server, browser) -> None:
+    from playwright.sync_api import expect
 
     live, cached = tone_server
-    with sync_playwright() as pw:
-        browser = _browser(pw)
-        try:
-            page = browser.new_page()
-            page.goto(live.url + "/")
-            expect(page.locator("#voice option")).to_have_count(2)  # alto, bass
-            page.fill("#text", "Hello from the browser.")
-            page.select_option("#voice", "bass")
-            page.click("#speak")
-            expect(page.locator("#xcache")).to_have_text("MISS")
-            expect(page.locator("#tier")).to_have_text("engine")
-            page.click("#speak")
-            expect(page.locator("#xcache")).to_have_text("HIT")
-            expect(page.locator("#tier")).to_have_text("memory")
-            assert page.eval_on_selector("#player", "a => a.src").startswith("blob:")
-            expect(page.locator("#hit-detail")).to_contain_text("1 hits of 2 lookups")
-            page.select_option("#format", "mp3")
-            page.click("#speak")
-            expect(page.locator("#xcache")).to_have_text("HIT")  # a new format, not a render
-            page.fill("#text", "   ")
-            page.click("#speak")
-            expect(page.locator("#error")).to_contain_text("400")
-        finally:
-            browser.close()
+    page = browser.new_page()
+    try:
+        page.goto(live.url + "/")
+        expect(page.locator("#voice option")).to_have_count(2)  # alto, bass
+        page.fill("#text", "Hello from the browser.")
+        page.select_option("#voice", "bass")
+        page.click("#speak")
+        expect(page.locator("#xcache")).to_have_text("MISS")
+        expect(page.locator("#tier")).to_have_text("engine")
+        page.click("#speak")
+        expect(page.locator("#xcache")).to_have_text("HIT")
+        expect(page.locator("#tier")).to_have_text("memory")
+        assert page.eval_on_selector("#player", "a => a.src").startswith("blob:")
+        expect(page.locator("#hit-detail")).to_contain_text("1 hits of 2 lookups")
+        page.select_option("#format", "mp3")
+        page.click("#speak")
+        expect(page.locator("#xcache")).to_have_text("HIT")  # a new format, not a render
+        page.fill("#text", "   ")
+        page.click("#speak")
+        expect(page.locator("#error")).to_contain_text("400")
+    finally:
+        page.close()
     assert cached.engine.calls == ["Hello from the browser."]
 
 
 @pytest.mark.piper
 @needs_chromium
 def test_dashboard_draws_a_mix_of_hits_and_misses_and_warms_a_missed_phrase(
-        make_app, live, piper, tmp_path) -> None:
+        make_app, live, piper, tmp_path, browser) -> None:
     """End to end with Piper: charts drawn, hit rate as /v1/stats says, warm → HIT, pin."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     app, cached = make_app(engine=piper, segments=True,
                            sections={"dashboard": {"interval": INTERVAL}})
@@ -126,61 +136,59 @@ def test_dashboard_draws_a_mix_of_hits_and_misses_and_warms_a_missed_phrase(
         time.sleep(2.5 * INTERVAL)  # two more samples: the last requests are in the history
         renders_before = httpx.get(f"{url}/v1/stats").json()["counters"]["syntheses"]
 
-        with sync_playwright() as pw:
-            browser = _browser(pw)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 900})
-                errors: list[str] = []
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                sent: list[dict[str, str]] = []
-                page.on("request", lambda r: sent.append(
-                    {"url": r.url, "method": r.method, **r.headers}))
-                page.goto(url + "/")
-                page.wait_for_function("() => document.body.dataset.refreshed")
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        try:
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            sent: list[dict[str, str]] = []
+            page.on("request", lambda r: sent.append(
+                {"url": r.url, "method": r.method, **r.headers}))
+            page.goto(url + "/")
+            page.wait_for_function("() => document.body.dataset.refreshed")
 
-                charts = page.evaluate(CHARTS_JS)
-                assert set(charts) == {"chart-hit-rate", "chart-latency", "chart-ttfa",
-                                       "chart-renders", "chart-requests", "chart-storage"}
-                for name, chart in charts.items():
-                    assert any(chart["series"]), (name, chart)
-                    assert chart["painted"] > 20, (name, chart)  # lines drawn, not an empty canvas
+            charts = page.evaluate(CHARTS_JS)
+            assert set(charts) == {"chart-hit-rate", "chart-latency", "chart-ttfa",
+                                   "chart-renders", "chart-requests", "chart-storage"}
+            for name, chart in charts.items():
+                assert any(chart["series"]), (name, chart)
+                assert chart["painted"] > 20, (name, chart)  # lines drawn, not an empty canvas
 
-                value, hits, lookups = _stats_hit_rate(url)
-                shown = page.locator("#hit-rate")
-                assert float(shown.get_attribute("data-value")) == pytest.approx(value, abs=1e-12)
-                assert (int(shown.get_attribute("data-hits")),
-                        int(shown.get_attribute("data-lookups"))) == (hits, lookups)
-                expect(shown).to_have_text(f"{100 * value:.1f} %")
+            value, hits, lookups = _stats_hit_rate(url)
+            shown = page.locator("#hit-rate")
+            assert float(shown.get_attribute("data-value")) == pytest.approx(value, abs=1e-12)
+            assert (int(shown.get_attribute("data-hits")),
+                    int(shown.get_attribute("data-lookups"))) == (hits, lookups)
+            expect(shown).to_have_text(f"{100 * value:.1f} %")
 
-                row = page.locator("#top-misses tr", has_text=evicted)
-                expect(row).to_have_count(1)
-                row.locator("button.warm").click()
-                expect(row.locator("small.status")).to_have_text("warmed", timeout=60_000)
-                warms = [r for r in sent if r["url"].endswith("/v1/synthesize")]
-                assert len(warms) == 1 and warms[0]["x-voxcache-priority"] == "background"
-                again = _speech(url, evicted)
-                assert (again.headers["x-cache"], again.headers["x-cache-key"]) == ("HIT", key)
-                stats = httpx.get(f"{url}/v1/stats").json()["counters"]
-                assert stats["syntheses"] == renders_before + 1  # the warm's render, no other
+            row = page.locator("#top-misses tr", has_text=evicted)
+            expect(row).to_have_count(1)
+            row.locator("button.warm").click()
+            expect(row.locator("small.status")).to_have_text("warmed", timeout=60_000)
+            warms = [r for r in sent if r["url"].endswith("/v1/synthesize")]
+            assert len(warms) == 1 and warms[0]["x-voxcache-priority"] == "background"
+            again = _speech(url, evicted)
+            assert (again.headers["x-cache"], again.headers["x-cache-key"]) == ("HIT", key)
+            stats = httpx.get(f"{url}/v1/stats").json()["counters"]
+            assert stats["syntheses"] == renders_before + 1  # the warm's render, no other
 
-                assert not cached.cache.folder.is_pinned(key)
-                row.locator("button.pin").click()
-                expect(row.locator("small.status")).to_have_text("pinned")
-                assert cached.cache.folder.is_pinned(key)
+            assert not cached.cache.folder.is_pinned(key)
+            row.locator("button.pin").click()
+            expect(row.locator("small.status")).to_have_text("pinned")
+            assert cached.cache.folder.is_pinned(key)
 
-                page.reload()
-                page.wait_for_function("() => document.body.dataset.refreshed")
-                page.screenshot(path=str(tmp_path / "dashboard-1400.png"), full_page=True)
-                page.set_viewport_size({"width": 390, "height": 844})
-                page.wait_for_timeout(500)  # the charts follow the width (ResizeObserver)
-                overflow = page.evaluate("document.documentElement.scrollWidth")
-                assert overflow <= 390, f"the page is {overflow} px wide on a 390 px phone"
-                widths = page.evaluate("Object.values(window.vxCharts).map((u) => u.width)")
-                assert all(w <= 390 for w in widths), widths
-                page.screenshot(path=str(tmp_path / "dashboard-390.png"), full_page=True)
-                assert errors == []
-            finally:
-                browser.close()
+            page.reload()
+            page.wait_for_function("() => document.body.dataset.refreshed")
+            page.screenshot(path=str(tmp_path / "dashboard-1400.png"), full_page=True)
+            page.set_viewport_size({"width": 390, "height": 844})
+            page.wait_for_timeout(500)  # the charts follow the width (ResizeObserver)
+            overflow = page.evaluate("document.documentElement.scrollWidth")
+            assert overflow <= 390, f"the page is {overflow} px wide on a 390 px phone"
+            widths = page.evaluate("Object.values(window.vxCharts).map((u) => u.width)")
+            assert all(w <= 390 for w in widths), widths
+            page.screenshot(path=str(tmp_path / "dashboard-390.png"), full_page=True)
+            assert errors == []
+        finally:
+            page.close()
     print(f"screenshots: {tmp_path / 'dashboard-1400.png'}, {tmp_path / 'dashboard-390.png'}")
     if os.environ.get("VOXCACHE_UPDATE_SCREENSHOT") == "1":
         shutil.copy(tmp_path / "dashboard-1400.png", DOCS / "dashboard.png")
@@ -188,45 +196,43 @@ def test_dashboard_draws_a_mix_of_hits_and_misses_and_warms_a_missed_phrase(
 
 @needs_chromium
 def test_a_warm_click_pressed_before_a_poll_and_released_after_it_still_warms(
-        make_app, live) -> None:
+        make_app, live, browser) -> None:
     """The tables are drawn again at every poll. A browser drops a click whose pressed
     element left the page before the release, so a poll that rebuilt the row between the two
     would lose the click: the row must be refreshed in place."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     app, cached = make_app(sections={"dashboard": {"interval": 1}})
     phrase = "Press, wait for a poll, release."
     with live(app) as server:
         key = _speech(server.url, phrase).headers["x-cache-key"]
         assert httpx.delete(f"{server.url}/v1/entries/{key}").status_code == 204
-        with sync_playwright() as pw:
-            browser = _browser(pw)
-            try:
-                page = browser.new_page()
-                page.goto(server.url + "/")
-                row = page.locator("#top-misses tr", has_text=phrase)
-                button = row.locator("button.warm")
-                expect(button).to_be_enabled()
-                button.scroll_into_view_if_needed()
-                box = button.bounding_box()
-                assert box is not None
-                page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-                drawn = page.evaluate("document.body.dataset.refreshed")
-                page.mouse.down()
-                page.wait_for_function(
-                    "(drawn) => document.body.dataset.refreshed !== drawn", arg=drawn)
-                page.mouse.up()
-                expect(row.locator("small.status")).to_have_text("warmed")
-            finally:
-                browser.close()
+        page = browser.new_page()
+        try:
+            page.goto(server.url + "/")
+            row = page.locator("#top-misses tr", has_text=phrase)
+            button = row.locator("button.warm")
+            expect(button).to_be_enabled()
+            button.scroll_into_view_if_needed()
+            box = button.bounding_box()
+            assert box is not None
+            page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+            drawn = page.evaluate("document.body.dataset.refreshed")
+            page.mouse.down()
+            page.wait_for_function(
+                "(drawn) => document.body.dataset.refreshed !== drawn", arg=drawn)
+            page.mouse.up()
+            expect(row.locator("small.status")).to_have_text("warmed")
+        finally:
+            page.close()
     assert cached.engine.calls == [phrase, phrase]
 
 
 @needs_chromium
-def test_a_phrase_that_is_markup_stays_text(make_app, live) -> None:
+def test_a_phrase_that_is_markup_stays_text(make_app, live, browser) -> None:
     """A tenant's phrase is shown to the admin as text: markup in it never runs, and the
     page's policy would not let an injected inline script run either."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     app, _ = make_app(sections={"dashboard": {"interval": 1}})
     attack = 'Hi <img src=x onerror="window.pwned=1"><script>window.pwned=2</script> there.'
@@ -236,26 +242,24 @@ def test_a_phrase_that_is_markup_stays_text(make_app, live) -> None:
         policy = page_answer.headers["content-security-policy"]
         assert "script-src 'self'" in policy and "unsafe-inline" not in policy.split(
             "script-src")[1].split(";")[0]
-        with sync_playwright() as pw:
-            browser = _browser(pw)
-            try:
-                page = browser.new_page()
-                page.goto(server.url + "/")
-                cell = page.locator("#top-misses td.text").first
-                expect(cell).to_contain_text('<img src=x onerror="window.pwned=1">')
-                assert page.evaluate("window.pwned") is None
-                assert page.locator("#top-misses img, #top-misses script").count() == 0
-            finally:
-                browser.close()
+        page = browser.new_page()
+        try:
+            page.goto(server.url + "/")
+            cell = page.locator("#top-misses td.text").first
+            expect(cell).to_contain_text('<img src=x onerror="window.pwned=1">')
+            assert page.evaluate("window.pwned") is None
+            assert page.locator("#top-misses img, #top-misses script").count() == 0
+        finally:
+            page.close()
 
 
 @needs_chromium
 def test_a_tenant_key_sees_its_own_phrases_and_an_admin_key_cannot_warm(
-        make_app, live) -> None:
+        make_app, live, browser) -> None:
     """Keys configured: the page asks for one; a tenant's key shows that tenant's own
     misses (warmable); an admin key shows every tenant's, with warm disabled (an admin
     key does not render)."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     sections = {"tenants": {"acme": {"api_keys": ["acme-key-1234"]},
                             "globex": {"api_keys": ["globex-key-123"]}},
@@ -267,25 +271,23 @@ def test_a_tenant_key_sees_its_own_phrases_and_an_admin_key_cannot_warm(
             answer = httpx.post(f"{server.url}/v1/audio/speech", json={"input": text},
                                 headers={"Authorization": f"Bearer {key}"})
             assert answer.status_code == 200
-        with sync_playwright() as pw:
-            browser = _browser(pw)
-            try:
-                page = browser.new_page()
-                page.goto(server.url + "/")
-                expect(page.locator("#dash-error")).to_contain_text("401")
-                expect(page.locator("#tops")).to_be_hidden()
-                page.fill("#apikey", "acme-key-1234")
-                page.dispatch_event("#apikey", "change")
-                expect(page.locator("#top-misses")).to_contain_text("Acme says hello.")
-                expect(page.locator("#top-misses")).not_to_contain_text("Globex")
-                expect(page.locator(".admin-only").first).to_be_hidden()
-                assert page.locator("#top-misses button.warm").first.is_enabled()
-                page.fill("#apikey", "admin-key-1234")
-                page.dispatch_event("#apikey", "change")
-                expect(page.locator("#top-misses")).to_contain_text("Globex says hello.")
-                expect(page.locator("#hit-rate")).to_be_visible()
-                warm = page.locator("#top-misses button.warm").first
-                assert warm.is_disabled()
-                assert "tenant's own key" in (warm.get_attribute("title") or "")
-            finally:
-                browser.close()
+        page = browser.new_page()
+        try:
+            page.goto(server.url + "/")
+            expect(page.locator("#dash-error")).to_contain_text("401")
+            expect(page.locator("#tops")).to_be_hidden()
+            page.fill("#apikey", "acme-key-1234")
+            page.dispatch_event("#apikey", "change")
+            expect(page.locator("#top-misses")).to_contain_text("Acme says hello.")
+            expect(page.locator("#top-misses")).not_to_contain_text("Globex")
+            expect(page.locator(".admin-only").first).to_be_hidden()
+            assert page.locator("#top-misses button.warm").first.is_enabled()
+            page.fill("#apikey", "admin-key-1234")
+            page.dispatch_event("#apikey", "change")
+            expect(page.locator("#top-misses")).to_contain_text("Globex says hello.")
+            expect(page.locator("#hit-rate")).to_be_visible()
+            warm = page.locator("#top-misses button.warm").first
+            assert warm.is_disabled()
+            assert "tenant's own key" in (warm.get_attribute("title") or "")
+        finally:
+            page.close()

@@ -66,13 +66,6 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClu
         yield cluster
 
 
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[MotoS3Server]:
-    """moto's S3 server for the session (groups use their own buckets)."""
-    with MotoS3Server() as server:
-        yield server
-
-
 def new_bucket(s3: MotoS3Server) -> str:
     name = f"vx-{uuid.uuid4().hex[:16]}"
     s3.create_bucket(name)
