@@ -45,9 +45,9 @@ def speech_cost(ctx: Context) -> SpeechCost:
 
 
 def make_traces(ctx: Context) -> list[Trace]:
-    """The five traces, sized for the run (the quick run is CI's smoke: 20 k requests are
+    """The five traces, sized for the run (the quick run is CI's smoke: 10 k requests are
     enough for every policy to fill, evict and come out a ratio; the figures are a full run's)."""
-    events, items = ctx.pick((20_000, 2_000), (1_000_000, 50_000))
+    events, items = ctx.pick((10_000, 2_000), (1_000_000, 50_000))
     cost = speech_cost(ctx)
     skew = traces.skewed(events, items, cost=cost)
     return [skew, traces.zipf(events, items, cost=cost), traces.with_scan(skew, cost=cost),

@@ -508,9 +508,9 @@ def measure_size(ctx: Context, label: str, size: int, workers: Workers | None) -
     try:
         before = trials.load()
         reads, turns = interleaved({s: reader(s, handles) for s in READS},
-                                   ctx.pick(600, 6000), max(ctx.repeat, ctx.pick(5, 10)))
+                                   ctx.pick(300, 6000), max(ctx.repeat, ctx.pick(5, 10)))
         load = (before, trials.load())
-        n = ctx.pick(30, 100 if large else 400)
+        n = ctx.pick(15, 100 if large else 400)
         writes, _ = interleaved(
             {s: writer(s, handles, fresh_entries(kind_written(s), size, n + 3, 0x100))
              for s in WRITES}, n, ctx.pick(3, 5))
@@ -518,7 +518,7 @@ def measure_size(ctx: Context, label: str, size: int, workers: Workers | None) -
         handles.close()
     figures = Figures(where, reads, writes, {}, {}, turns, load)
     if workers is not None:
-        seconds = ctx.pick(0.1, 0.3)
+        seconds = ctx.pick(0.05, 0.3)
         figures.reads_4p = workers.run(
             [Job(s, False, place, size, seconds, 10**9) for s in READS_4P], ctx.pick(1, 3))
         figures.writes_4p = workers.run(
