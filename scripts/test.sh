@@ -28,7 +28,8 @@ wait "$rewrite" || true  # a module that fails to import is reported by the run 
 # module fixtures, such as its servers, in one process), four workers on 2 cores: much of a
 # worker's time is spent waiting (servers starting, restarts, fault windows). On 2 cores three
 # workers took 541 s where two took 666 s; once the tests' processes were forked
-# (voxcache.testing.forked), four took 328.6-341.5 s where three took 364.9-371.3 s. Two tests
+# (voxcache.testing.forked), four took 328.6-341.5 s where three took 364.9-371.3 s (an AMD
+# EPYC host; four took 365.6-382.3 s on an Intel Xeon one). Two tests
 # that failed once under four workers' load failed for causes now fixed: a dashboard click
 # lost to a table redraw, and chaos kills that began before any take was stored
 # (docs/internals/testing.md).
