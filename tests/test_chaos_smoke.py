@@ -99,7 +99,7 @@ def test_kills_wait_for_a_stored_take_and_for_every_reader(tmp_path):
     assert not supervisor.warmed_up(now + 1), "the reader is still loading its engine"
     board.set(board.reader_slot(0), Field.PHASE, Phase.CHOOSING)
     assert supervisor.warmed_up(now + 2)
-    assert supervisor.warm_up_seconds == 2
+    assert supervisor.warm_up_seconds == pytest.approx(2)
     assert life.give_up == now + 2 + AIM_PATIENCE["tone"]  # its patience counts from here
     stuck = Supervisor(args, TONE, tmp_path, tmp_path)
     assert not stuck.warmed_up(stuck.started + WARM_UP_PATIENCE["tone"] - 0.1)
