@@ -32,7 +32,6 @@ def test_a_miss_streams_while_the_upstream_is_still_speaking(tmp_path) -> None:
     arrive well before the upstream sends its last chunk, not after the whole take."""
     with standin(tmp_path, interval=1.0) as (upstream, url), \
             gateway(url, upstream.root, tmp_path / "cache") as address:
-        started = time.monotonic()
         miss = receive(address, body(streaming_mode=2))
         direct = receive(url, body(streaming_mode=2))
         hit = receive(address, body(streaming_mode=2))
@@ -40,7 +39,9 @@ def test_a_miss_streams_while_the_upstream_is_still_speaking(tmp_path) -> None:
     assert miss.headers["X-Cache"] == "MISS" and miss.headers["content-type"] == "audio/wav"
     last_chunk_sent = upstream.sent_at[0][-1]
     assert miss.first_byte is not None and miss.first_byte < last_chunk_sent
-    assert miss.first_byte - started < 1.5 + 0.5  # the upstream's first chunk comes at 1 s
+    # live: the first chunk reached the client before the upstream sent its second (not a
+    # bound from the request: under four test workers the upstream began 1.1 s late)
+    assert miss.first_byte < upstream.sent_at[0][1]
     assert miss.content[:44] == STREAMED_HEADER == direct.content[:44]
     assert miss.content == direct.content  # exactly what api_v2 sends
     assert hit.headers["X-Cache"] == "HIT" and hit.content == miss.content
