@@ -29,7 +29,7 @@ wait "$rewrite" || true  # a module that fails to import is reported by the run 
 # worker's time is spent waiting (servers starting, restarts, fault windows). On 2 cores three
 # workers took 541 s where two took 666 s; once the tests' processes were forked
 # (voxcache.testing.forked), four took 328.6-341.5 s where three took 364.9-371.3 s (an AMD
-# EPYC host; four took 365.6-382.3 s on an Intel Xeon one). Two tests
+# EPYC host; four took 365.6-453.6 s on a noisier Intel Xeon one). Two tests
 # that failed once under four workers' load failed for causes now fixed: a dashboard click
 # lost to a table redraw, and chaos kills that began before any take was stored
 # (docs/internals/testing.md).
