@@ -293,11 +293,14 @@ const rowStatus = new Map();
 function setStatus(key, text, cls = "") {
   rowStatus.set(key, { text, cls });
   for (const node of document.querySelectorAll("#top-misses tr")) {
-    if (node.dataset.key !== key) continue;
-    const status = node.querySelector("small.status");
-    status.textContent = text;
-    status.className = "status " + cls;
+    if (node.dataset.key === key) showStatus(node.querySelector("small.status"), key);
   }
+}
+
+function showStatus(status, key) {
+  const kept = rowStatus.get(key) || { text: "", cls: "" };
+  status.textContent = kept.text;
+  status.className = "status " + kept.cls;
 }
 
 async function warm(item, pin) {
@@ -379,10 +382,7 @@ function showActions(actions, item) {
     button.title = item.can_warm ? (pin ? "render if needed, then pin (never evicted)" :
       "render now at background priority") : item.why_not;
   }
-  const kept = rowStatus.get(item.key) || { text: "", cls: "" };
-  const status = actions.querySelector("small.status");
-  status.textContent = kept.text;
-  status.className = "status " + kept.cls;
+  showStatus(actions.querySelector("small.status"), item.key);
 }
 
 // -- polling ---------------------------------------------------------------------------
