@@ -211,9 +211,34 @@ def _streams(kwargs: Mapping[str, Any]) -> tuple[list[int], list[int], dict[str,
 
 def popen(cmd: Sequence[str], **kwargs: Any) -> Any:
     """``subprocess.Popen(cmd, **kwargs)``, forked from the zygote where it can be."""
+    return _forked(cmd, kwargs) or subprocess.Popen(cmd, **kwargs)
+
+
+def run(cmd: Sequence[str], *, capture_output: bool = False, timeout: float | None = None,
+        check: bool = False, **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+    """``subprocess.run(cmd, …)``, forked from the zygote where it can be."""
+    if capture_output:
+        kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = _forked(cmd, kwargs)
+    if process is None:
+        return subprocess.run(cmd, timeout=timeout, check=check, **kwargs)
+    with process:
+        try:
+            out, err = process.communicate(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+    done = subprocess.CompletedProcess(list(cmd), process.wait(), out, err)
+    if check:
+        done.check_returncode()
+    return done
+
+
+def _forked(cmd: Sequence[str], kwargs: Mapping[str, Any]) -> ForkedProcess | None:
+    """The command as a child of the zygote; None when it must be a subprocess instead."""
     program = _program(cmd)
     if program is None or not _forkable(kwargs):
-        return subprocess.Popen(cmd, **kwargs)
+        return None
     send, opened, keep = _streams(kwargs)
     env = kwargs.get("env")
     request = {**program, "env": dict(os.environ if env is None else env),
@@ -227,25 +252,6 @@ def popen(cmd: Sequence[str], **kwargs: Any) -> Any:
         for fd in opened:
             os.close(fd)
     return ForkedProcess(list(cmd), conn, pid, keep)
-
-
-def run(cmd: Sequence[str], *, capture_output: bool = False, timeout: float | None = None,
-        check: bool = False, **kwargs: Any) -> subprocess.CompletedProcess[Any]:
-    """``subprocess.run(cmd, …)``, forked from the zygote where it can be."""
-    if capture_output:
-        kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    if _program(cmd) is None or not _forkable(kwargs):
-        return subprocess.run(cmd, timeout=timeout, check=check, **kwargs)
-    with popen(cmd, **kwargs) as process:
-        try:
-            out, err = process.communicate(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            raise
-    done = subprocess.CompletedProcess(list(cmd), process.returncode, out, err)
-    if check:
-        done.check_returncode()
-    return done
 
 
 # -- the zygote ------------------------------------------------------------------------------
