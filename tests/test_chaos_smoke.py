@@ -216,8 +216,8 @@ def test_a_reader_counts_a_wrong_take_it_serves_as_torn(planted, tmp_path):
     evidence = tmp_path / "evidence"
     (tmp_path / "logs").mkdir()
     proc = forked.run([sys.executable, "-c", READER, str(planted), str(tmp_path / "logs"),
-                           str(evidence), str(WRONG)], cwd=REPO, capture_output=True, text=True,
-                          timeout=60)
+                       str(evidence), str(WRONG)], cwd=REPO, capture_output=True, text=True,
+                      timeout=60)
     assert proc.returncode == 0, proc.stderr
     counts = json.loads(proc.stdout)
     assert counts["status"] == 0

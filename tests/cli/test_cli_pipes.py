@@ -42,14 +42,14 @@ def command(cache_dir: Path, *args: str) -> list[str]:
 
 def piped(cache_dir: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return forked.run(command(cache_dir, *args), capture_output=True, text=True,
-                          timeout=120, env=environment(**env))
+                      timeout=120, env=environment(**env))
 
 
 def on_a_terminal(cache_dir: Path, *args: str) -> str:
     """stdout on an 80-column pseudo-terminal: what a person sees."""
     leader, follower = pty.openpty()
     proc = forked.popen(command(cache_dir, *args), stdout=follower, stderr=subprocess.PIPE,
-                            env=environment(TERM="xterm", COLUMNS="80"))
+                        env=environment(TERM="xterm", COLUMNS="80"))
     os.close(follower)
     seen = bytearray()
     while True:
@@ -115,7 +115,7 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path: Path,
         env["PYTHONUNBUFFERED"] = unbuffered
     for args in (("ls", "--json", "--limit", "800"), ("ls", "--limit", "800")):
         proc = forked.popen(command(cache_dir, *args), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=env)
+                            stderr=subprocess.PIPE, env=env)
         assert proc.stdout is not None and proc.stderr is not None
         first = proc.stdout.read(100)
         proc.stdout.close()

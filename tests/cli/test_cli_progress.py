@@ -40,7 +40,7 @@ def on_a_terminal(command: list[str]) -> tuple[int, str, str]:
     """Run with stderr on a pseudo-terminal (stdout in a pipe): (code, stdout, stderr)."""
     leader, follower = pty.openpty()
     proc = forked.popen(command, stdout=subprocess.PIPE, stderr=follower,
-                            env=environment(), text=True)
+                        env=environment(), text=True)
     os.close(follower)
     seen = bytearray()
     while True:
@@ -58,7 +58,7 @@ def on_a_terminal(command: list[str]) -> tuple[int, str, str]:
 
 def in_a_pipe(command: list[str]) -> subprocess.CompletedProcess[str]:
     return forked.run(command, capture_output=True, text=True, env=environment(),
-                          timeout=120)
+                      timeout=120)
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ def test_kill_9_never_leaves_a_servable_torn_entry(cache_dir):
     temp_seen = 0
     for _ in range(15):
         writer = forked.popen([sys.executable, str(WRITER), str(cache_dir), str(start)],
-                                  stdout=subprocess.PIPE, text=True)
+                              stdout=subprocess.PIPE, text=True)
         assert writer.stdout.readline().strip() == "ready"
         time.sleep(rng.uniform(0.0, 0.4))
         writer.kill()

@@ -22,7 +22,7 @@ WORKER = Path(__file__).with_name("stampede_worker.py")
 def stampede(cache_dir: Path, engine: str, text: str, processes: int = 4, threads: int = 8):
     start_at = time.time() + (6.0 if engine == "piper" else 2.0)  # after every process loaded
     procs = [forked.popen([sys.executable, str(WORKER), str(cache_dir), engine, text,
-                               str(start_at), str(threads)], stdout=subprocess.PIPE, text=True)
+                           str(start_at), str(threads)], stdout=subprocess.PIPE, text=True)
              for _ in range(processes)]
     outputs = [json.loads(p.communicate(timeout=180)[0]) for p in procs]
     assert all(p.returncode == 0 for p in procs)
@@ -98,10 +98,10 @@ def test_key_lock_is_exclusive_and_bounded(tmp_path):
                   "key_lock\nwith key_lock(Path(sys.argv[1]), 'ab'*32, wait=0.3) as got: "
                   "print(got)")
         out = forked.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
-                             text=True, check=True)
+                         text=True, check=True)
         assert out.stdout.strip() == "False"
     out = forked.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
-                         text=True, check=True)
+                     text=True, check=True)
     assert out.stdout.strip() == "True"
 
 
@@ -110,7 +110,7 @@ def test_lock_of_a_killed_holder_is_released(tmp_path):
               "key_lock\nwith key_lock(Path(sys.argv[1]), 'cd'*32, wait=1):\n"
               "    print('held', flush=True); time.sleep(60)")
     holder = forked.popen([sys.executable, "-c", script, str(tmp_path)],
-                              stdout=subprocess.PIPE, text=True)
+                          stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     holder.kill()
     holder.wait()

@@ -94,7 +94,7 @@ def serve(cache_dir: Path, *args: str, engine: str = "tone", config: Path | None
     log = cache_dir.parent / f"{cache_dir.name}-{port}.log"
     with open(log, "ab") as out:
         proc = forked.popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                env={**clean_env(), **(env or {})})
+                            env={**clean_env(), **(env or {})})
     node = Node(f"http://127.0.0.1:{port}", port, cache_dir, proc, log)
     try:
         deadline = time.monotonic() + 90

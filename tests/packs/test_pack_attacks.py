@@ -293,8 +293,8 @@ def test_a_killed_import_resumed_completes(tmp_path, signer):
     os.mkfifo(fifo)
     target = tmp_path / "t"
     proc = forked.popen([sys.executable, "-m", "voxcache.cli", "--cache-dir", str(target),
-                             "pack", "import", str(fifo), "--trust", str(Path(pub.source))],
-                            env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                         "pack", "import", str(fifo), "--trust", str(Path(pub.source))],
+                        env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     with open(fifo, "wb") as feed:
         feed.write(data[:cut])
         feed.flush()

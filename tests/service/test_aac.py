@@ -45,9 +45,9 @@ def serve(tmp_path: Path, path: str) -> Iterator[str]:
     port = free_port()
     env = clean_env()
     proc = forked.popen([sys.executable, "-m", "voxcache", "--cache-dir",
-                             str(tmp_path / "cache"), "--engine", "tone", "serve", "--port",
-                             str(port)], env={**env, "PATH": path},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                         str(tmp_path / "cache"), "--engine", "tone", "serve", "--port",
+                         str(port)], env={**env, "PATH": path},
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

@@ -115,8 +115,8 @@ def test_warm_through_a_server_skips_languages_it_does_not_speak(tmp_path, serve
         {"text": "Goodbye.", "language": "en"}]}))
     with serve_proc(tmp_path / "cache") as (url, proc):
         result = forked.run([sys.executable, "-m", "voxcache.cli", "warm", str(phrases),
-                                 "--server", url, "--json"], capture_output=True, text=True,
-                                timeout=120)
+                             "--server", url, "--json"], capture_output=True, text=True,
+                            timeout=120)
         output = stop_and_read(proc)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)

@@ -19,7 +19,7 @@ from voxcache.testing import forked
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return forked.run([sys.executable, "-m", "voxcache.cli", *args], capture_output=True,
-                          text=True, timeout=120)
+                      text=True, timeout=120)
 
 
 def test_warm_renders_missing_pins_and_reports_failures(tmp_path) -> None:
@@ -164,6 +164,6 @@ def test_direct_warm_runs_at_the_lowest_cpu_priority(tmp_path) -> None:
     phrases = tmp_path / "p.json"
     phrases.write_text('["Low priority."]')
     out = forked.run([sys.executable, str(probe), "--cache-dir", str(tmp_path / "c"),
-                          "--engine", "tone", "warm", str(phrases), "--json"],
-                         capture_output=True, text=True, timeout=60)
+                      "--engine", "tone", "warm", str(phrases), "--json"],
+                     capture_output=True, text=True, timeout=60)
     assert "nice 19" in out.stdout, out.stdout + out.stderr

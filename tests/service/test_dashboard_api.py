@@ -177,8 +177,8 @@ def test_a_locked_history_leaves_scrapes_answering_with_this_workers_figures(
         speak(client, "Before the lock.")
         client.get("/metrics")  # the history exists and holds one request
         holder = forked.popen([sys.executable, "-c", HOLD_LOCK,
-                                   str(cached.cache.root / "index.sqlite3"), "30"],
-                                  stdout=subprocess.PIPE, text=True)
+                               str(cached.cache.root / "index.sqlite3"), "30"],
+                              stdout=subprocess.PIPE, text=True)
         try:
             assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
             speak(client, "During the lock.")

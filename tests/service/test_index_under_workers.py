@@ -114,8 +114,8 @@ def test_every_worker_agrees_with_the_files_soon_after_the_index_is_lost(
                 assert len(os.listdir(root / "quarantine")) > quarantined, damage
 
         listed = forked.run([sys.executable, "-m", "voxcache", "--cache-dir", str(root),
-                                 "ls", "--json", "--limit", "100"], capture_output=True,
-                                text=True, timeout=60)
+                             "ls", "--json", "--limit", "100"], capture_output=True,
+                            text=True, timeout=60)
         assert listed.returncode == 0, listed.stderr
         assert len(json.loads(listed.stdout)) == _stored(root) == 7 * (1 + len(DAMAGES))
 

@@ -59,8 +59,8 @@ def test_a_purge_from_the_cli_reaches_every_server(serve_proc, tmp_path) -> None
         httpx.get(f"{b}/v1/audio/{key}")
         assert served_from_memory(a, key) and served_from_memory(b, key)
         forked.run([sys.executable, "-m", "voxcache", "--cache-dir", str(cache_dir),
-                        "--engine", "tone", "purge", "--key", key], check=True,
-                       capture_output=True)
+                    "--engine", "tone", "purge", "--key", key], check=True,
+                   capture_output=True)
         for url in (a, b):
             until(lambda url=url: httpx.get(f"{url}/v1/audio/{key}").status_code == 404)
 
@@ -87,7 +87,7 @@ def test_pin_changes_and_deletes_reach_another_process_memory(tmp_path) -> None:
     again; a delete drops it."""
     root = tmp_path / "cache"
     follower = forked.popen([sys.executable, "-c", FOLLOWER, str(root)],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def state() -> str:
         follower.stdin.write("?\n")  # type: ignore[union-attr]
@@ -105,8 +105,8 @@ def test_pin_changes_and_deletes_reach_another_process_memory(tmp_path) -> None:
             until(lambda: state() == "False True")
             for command, seen in (("pin", "True True"), ("unpin", "False True")):
                 forked.run([sys.executable, "-m", "voxcache", "--cache-dir", str(root),
-                                "--engine", "tone", command, "abab" * 4], check=True,
-                               capture_output=True)  # the CLI, by a unique key prefix
+                            "--engine", "tone", command, "abab" * 4], check=True,
+                           capture_output=True)  # the CLI, by a unique key prefix
                 until(lambda seen=seen: state() == seen)
             assert cache.delete("ab" * 32)
             until(lambda: state() == "False False")

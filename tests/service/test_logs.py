@@ -95,9 +95,9 @@ def test_workers_log_alike_and_each_says_why_it_stopped(tmp_path: Path) -> None:
 def test_a_log_format_that_does_not_exist_is_refused(tmp_path: Path) -> None:
     clean = clean_env()
     result = forked.run([sys.executable, "-m", "voxcache", "--cache-dir",
-                             str(tmp_path / "c"), "--engine", "tone", "serve", "--port",
-                             str(free_port())], capture_output=True, text=True, timeout=60,
-                            env={**clean, "VOXCACHE_LOG_FORMAT": "xml"})
+                         str(tmp_path / "c"), "--engine", "tone", "serve", "--port",
+                         str(free_port())], capture_output=True, text=True, timeout=60,
+                        env={**clean, "VOXCACHE_LOG_FORMAT": "xml"})
     assert result.returncode == 2
     assert "log_format must be one of text, json, got 'xml'" in result.stderr
     assert "Traceback" not in result.stderr

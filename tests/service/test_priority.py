@@ -55,8 +55,8 @@ def test_warm_through_a_running_service_renders_once_and_pins(tmp_path, tone_ser
 
     def warm() -> dict:
         out = forked.run([sys.executable, "-m", "voxcache", "warm", str(phrases),
-                              "--server", live.url, "--json"], capture_output=True, text=True,
-                             timeout=120)
+                          "--server", live.url, "--json"], capture_output=True, text=True,
+                         timeout=120)
         assert out.returncode == 0, out.stderr  # an unspoken language is skipped, not failed
         return json.loads(out.stdout)
 

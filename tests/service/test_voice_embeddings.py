@@ -147,8 +147,8 @@ def stage_counters(cached: Any) -> dict[str, int]:
 
 def cli(cache_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return forked.run([sys.executable, "-m", "voxcache.cli", "--cache-dir", str(cache_dir),
-                           "--engine", "tone", *args], capture_output=True, text=True,
-                          timeout=120, check=False)
+                       "--engine", "tone", *args], capture_output=True, text=True,
+                      timeout=120, check=False)
 
 
 # -- tests -----------------------------------------------------------------------------

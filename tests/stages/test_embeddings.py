@@ -80,8 +80,8 @@ def test_embeddings_survive_a_restart_and_are_shared_between_processes(
     clip = tmp_path / "clip.wav"
     clip.write_bytes(piper_clips[1])
     other = forked.run([sys.executable, str(WORKER), str(cache_dir), str(clip),
-                            str(tmp_path), "embed"], capture_output=True, text=True,
-                           timeout=300, check=True)
+                        str(tmp_path), "embed"], capture_output=True, text=True,
+                       timeout=300, check=True)
     made = json.loads(other.stdout.strip().splitlines()[-1])
     assert made["cache"] == "miss"
     cache = Cache(cache_dir)  # this process starts after the other one ended

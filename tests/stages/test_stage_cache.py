@@ -102,13 +102,13 @@ def test_two_processes_extract_once_and_a_restart_keeps_it(tmp_path: Path, cache
     markers.mkdir()
     Cache(cache_dir).close()  # the folder exists before both start
     procs = [forked.popen([sys.executable, str(WORKER), str(cache_dir), str(clip),
-                               str(markers)], stdout=subprocess.PIPE, text=True)
+                           str(markers)], stdout=subprocess.PIPE, text=True)
              for _ in range(2)]
     outs = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
     assert len(list(markers.iterdir())) == 1, "the extractor ran in both processes"
     assert sorted(o["cache"] for o in outs) == ["joined", "miss"]
     third = forked.run([sys.executable, str(WORKER), str(cache_dir), str(clip),
-                            str(markers)], capture_output=True, text=True, check=True, timeout=120)
+                        str(markers)], capture_output=True, text=True, check=True, timeout=120)
     assert json.loads(third.stdout)["cache"] == "hit"  # a new process: read from disk
     assert len(list(markers.iterdir())) == 1
 
@@ -127,8 +127,8 @@ def test_two_nodes_extract_once(tmp_path: Path) -> None:
         env = {**os.environ, "STAGE_TIERS": f"memory,disk,{redis.url}",
                "STAGE_START_AT": str(time.time() + 4.0)}  # after both processes loaded
         procs = [forked.popen([sys.executable, str(WORKER), str(tmp_path / node),
-                                   str(clip), str(markers)], stdout=subprocess.PIPE, text=True,
-                                  env=env) for node in ("node-a", "node-b")]
+                               str(clip), str(markers)], stdout=subprocess.PIPE, text=True,
+                              env=env) for node in ("node-a", "node-b")]
         outs = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
     assert len(list(markers.iterdir())) == 1, "both nodes ran the extractor"
     assert sorted(o["cache"] for o in outs) in (["joined", "miss"], ["hit", "miss"])
@@ -213,7 +213,7 @@ def test_a_purge_reaches_another_process_memory(cache: Cache, stages: StageCache
     stages.get_or_compute(inputs, lambda: np.ones(4, np.float32))
     assert cache.in_process.contains(inputs.key(), "embedding")
     done = forked.run([sys.executable, "-c", PURGE, str(cache.root), "3" * 64],
-                          capture_output=True, text=True, check=True, timeout=60)
+                      capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == "1"
     deadline = time.monotonic() + 10
     while cache.in_process.contains(inputs.key(), "embedding") and time.monotonic() < deadline:

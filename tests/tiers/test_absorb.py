@@ -150,7 +150,7 @@ def test_a_move_killed_at_any_step_loses_nothing_and_counts_nothing_twice(
     root = tmp_path / "cache"
     plant_old_stores(root)
     child = forked.popen([sys.executable, "-c", CHILD, str(root), where],
-                             stdout=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "stalled"
         child.kill()
@@ -176,7 +176,7 @@ def test_a_locked_index_leaves_the_old_files_for_a_later_flush(tmp_path) -> None
     Cache(root).close()
     plant_old_stores(root)
     holder = forked.popen([sys.executable, "-c", HOLD_LOCK, str(root / "index.sqlite3")],
-                              stdout=subprocess.PIPE, text=True)
+                          stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         started = time.monotonic()

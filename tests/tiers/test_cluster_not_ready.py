@@ -60,9 +60,9 @@ def test_readyz_of_a_node_in_front_of_an_unready_cluster(tmp_path: Path) -> None
         port = free_port()
         env = clean_env()
         proc = forked.popen([sys.executable, "-m", "voxcache", "--cache-dir",
-                                 str(tmp_path / "cache"), "--engine", "tone", "--config",
-                                 str(config), "serve", "--port", str(port)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+                             str(tmp_path / "cache"), "--engine", "tone", "--config",
+                             str(config), "serve", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         url = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 60

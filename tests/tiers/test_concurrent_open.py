@@ -21,7 +21,7 @@ def test_simultaneous_first_opens_of_a_fresh_folder(tmp_path):
         folder = tmp_path / f"cache-{trial}"
         start = time.time() + 1.5
         procs = [forked.popen([sys.executable, "-c", OPEN, str(folder), str(start)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for _ in range(6)]
         outputs = [p.communicate(timeout=60) for p in procs]
         failures = [err for out, err in outputs if out.strip() != "ok"]

@@ -153,7 +153,7 @@ def test_an_index_locked_by_another_process_stalls_nothing(cache_dir):
     cached = CachedEngine(tone, Cache(cache_dir))
     cached.synthesize(R("Warm-up phrase."))
     locker = forked.popen([sys.executable, "-c", LOCKER, str(cache_dir / "index.sqlite3")],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert locker.stdout.readline().strip() == "locked"  # type: ignore[union-attr]
         started = time.monotonic()

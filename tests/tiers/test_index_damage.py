@@ -74,7 +74,7 @@ def filled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, tuple[int, i
     of it before any damage (each test damages a copy)."""
     root = tmp_path_factory.mktemp("filled") / "cache"
     forked.run([sys.executable, "-c", FILL, str(root), str(TAKES), "close"], check=True,
-                   timeout=120)
+               timeout=120)
     truth = what_the_cli_says(root)
     assert truth[0] == TAKES and len(truth[2]) == TAKES
     return root, truth
@@ -134,9 +134,9 @@ def test_a_log_lost_after_a_crash_leaves_nothing_uncounted(tmp_path: Path) -> No
     only (it did not wait for the start-up walk that adds the rest)."""
     root = tmp_path / "cache"
     forked.run([sys.executable, "-c", FILL, str(root), "40", "close"], check=True,
-                   timeout=120)
+               timeout=120)
     writer = forked.popen([sys.executable, "-c", FILL, str(root), str(TAKES), "hold"],
-                              stdout=subprocess.PIPE, text=True)
+                          stdout=subprocess.PIPE, text=True)
     assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
     writer.send_signal(signal.SIGKILL)
     writer.wait()

@@ -192,7 +192,7 @@ RACER = textwrap.dedent("""
 def test_first_writer_wins_across_processes(cache_dir):
     Cache(cache_dir).close()
     procs = [forked.popen([sys.executable, "-c", RACER, str(cache_dir), str(me), "40"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
              for me in (1, 2, 3)]
     for proc in procs:
         assert proc.stdin is not None
@@ -235,7 +235,7 @@ def test_writers_killed_mid_write_leave_whole_records_or_none(cache_dir):
     rng = random.Random(3)
     for round_ in range(8):
         proc = forked.popen([sys.executable, "-c", WRITER, str(cache_dir),
-                                 str(round_ * 100_000)], stdout=subprocess.PIPE, text=True)
+                             str(round_ * 100_000)], stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         time.sleep(rng.uniform(0.05, 0.4))
         proc.send_signal(signal.SIGKILL)
@@ -378,7 +378,7 @@ def test_a_damaged_store_is_set_aside_and_the_process_lives(cache_dir, tmp_path,
         folder.rmdir()
         folder.write_bytes(b"not a folder")
     done = forked.run([sys.executable, "-c", READER, str(cache_dir)], capture_output=True,
-                          text=True, timeout=120)
+                      text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     misses, stored, back = done.stdout.split()
     assert misses == "50" or damage == "zeroed pages" and int(misses) <= 50

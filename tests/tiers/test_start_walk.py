@@ -57,7 +57,7 @@ class Holder:
     def __init__(self, root: Path, i: int) -> None:
         self.key = f"{i:064x}"
         self.proc = forked.popen([sys.executable, "-c", HOLDER, str(root), self.key],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
 
     def kill(self) -> None:

@@ -47,7 +47,7 @@ def test_disk_hit_in_a_new_process(cache_dir, cached_tone):
         "sys.stdout.buffer.write(f'{r.cache} {r.tier} {len(e.calls)} '.encode() + r.audio.pcm)"
     )
     out = forked.run([sys.executable, "-c", script, str(cache_dir)], capture_output=True,
-                         check=True).stdout
+                     check=True).stdout
     status, tier, calls, pcm = out.split(b" ", 3)
     assert (status, tier, calls) == (b"hit", b"disk", b"0")
     assert pcm == first.audio.pcm

@@ -358,7 +358,7 @@ def serve_process(cache_dir: Path, *args: str, engine: str = "tone",
         cmd += ["--config", str(config)]
     cmd += ["serve", "--port", str(port), *args]
     proc = forked.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**clean_env(), **(env or {})})
+                        env={**clean_env(), **(env or {})})
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + ready_timeout

@@ -255,15 +255,15 @@ def test_synth_says_why_a_take_was_not_stored(tmp_path: Path) -> None:
     config = tmp_path / "voxcache.toml"
     config.write_text('[admission]\nnever_store = ["digits"]\n')
     run = forked.run([sys.executable, "-m", "voxcache", "--cache-dir", str(tmp_path / "c"),
-                          "--config", str(config), "--engine", "tone", "synth",
-                          "Gate 42 is open.", "--json"], capture_output=True, text=True,
-                         timeout=120)
+                      "--config", str(config), "--engine", "tone", "synth",
+                      "Gate 42 is open.", "--json"], capture_output=True, text=True,
+                     timeout=120)
     summary = json.loads(run.stdout)
     assert (summary["cache"], summary["stored"], summary["reason"]) == (
         "bypass", False, "admission:digits")
     bad = tmp_path / "bad.toml"
     bad.write_text('[admission]\nnever_store = ["digitz"]\n')
     refused = forked.run([sys.executable, "-m", "voxcache", "--cache-dir",
-                              str(tmp_path / "c"), "--config", str(bad), "--engine", "tone",
-                              "synth", "Hello."], capture_output=True, text=True, timeout=120)
+                          str(tmp_path / "c"), "--config", str(bad), "--engine", "tone",
+                          "synth", "Hello."], capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "unknown class 'digitz'" in refused.stderr

@@ -110,9 +110,9 @@ def test_two_nodes_keep_nothing_count_callers_together_and_add_up_savings(
     clean = clean_env()
     for node in (a, b):
         out = forked.run([sys.executable, "-m", "voxcache", "--cache-dir",
-                              str(node.cache_dir), "--config", str(config), "stats",
-                              "--savings", "--json"], capture_output=True, text=True,
-                             timeout=120, env={**clean, **s3_server.env})
+                          str(node.cache_dir), "--config", str(config), "stats",
+                          "--savings", "--json"], capture_output=True, text=True,
+                         timeout=120, env={**clean, **s3_server.env})
         assert out.returncode == 0, out.stderr
         reports.append(json.loads(out.stdout))
     for report in reports:
