@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from bench.helpers.machine import cpu_model, load_average
 from voxcache.cache import Cache, CacheConfig
 from voxcache.cached import CachedEngine
 from voxcache.engines.tone import ToneEngine
@@ -121,3 +124,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return (not slow, len(group) if slow else -len(group))
 
     items[:] = [item for group in sorted(files.values(), key=weight) for item in group]
+
+
+_LOAD_AT_START = pytest.StashKey[str]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_LOAD_AT_START] = load_average()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """The host under the run's figures (the same code takes 320 s on one 2-vCPU host and
+    430 s on another): CPUs, model, and the load average before and after."""
+    terminalreporter.write_line(
+        f"machine: {os.cpu_count()} CPUs ({cpu_model()}); load average "
+        f"{config.stash.get(_LOAD_AT_START, '?')} at the start, {load_average()} at the end")

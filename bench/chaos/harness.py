@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..helpers.machine import cpu_model
 from .audit import TEMP_MARK, Survey, restart, survey, verify
 from .board import STRIDE, Board, Field, Phase
 from .report import print_table
@@ -375,7 +376,7 @@ def assemble(args: argparse.Namespace, supervisor: Supervisor, before: Survey, a
                        "uniform_life_seconds": LIFE_SECONDS[args.engine],
                        "tone_render_delay": TONE_RENDER_DELAY if args.engine == "tone" else None},
         "machine": {"cores": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)),
-                    "cpu": _cpu_model(), "platform": platform.platform(),
+                    "cpu": cpu_model(), "platform": platform.platform(),
                     "python": platform.python_version()},
         "library": _library(),
         "seconds": {"warm_up": round(supervisor.warm_up_seconds or 0.0, 1),
@@ -446,16 +447,6 @@ def _library() -> dict[str, str | None]:
         return {"path": str(folder), "git_commit": None}
     return {"path": str(folder), "git_commit": commit + (" with uncommitted changes"
                                                           if dirty else "")}
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 if __name__ == "__main__":

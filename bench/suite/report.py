@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..helpers.core import Context, Table
+from ..helpers.machine import cpu_model
 
 
 def machine() -> dict[str, Any]:
@@ -24,12 +25,7 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(), "platform": platform.platform(),
         "cpus": os.cpu_count(),
     }
-    try:
-        with open("/proc/cpuinfo") as f:
-            models = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        info["cpu_model"] = models[0] if models else "unknown"
-    except OSError:
-        info["cpu_model"] = "unknown"
+    info["cpu_model"] = cpu_model()
     try:
         with open("/proc/loadavg") as f:
             info["loadavg_at_end"] = f.read().split()[:3]
