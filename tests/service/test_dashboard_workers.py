@@ -12,9 +12,12 @@ from __future__ import annotations
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import httpx
 import pytest
+
+from voxcache.testing import waiting
 
 pytestmark = pytest.mark.slow
 
@@ -40,13 +43,7 @@ def _requests_total(metrics: str) -> float:
                if line.startswith("voxcache_requests_total{"))
 
 
-def _until(check, seconds: float = 20.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + seconds
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.2)
+_until = partial(waiting.until, bound=20.0, what="the dashboard's figures")
 
 
 def test_every_scrape_of_two_workers_shows_what_both_served(serve_proc, tmp_path) -> None:

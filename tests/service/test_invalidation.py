@@ -11,23 +11,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
+from functools import partial
 
 import httpx
 
 from voxcache.cache import Cache
-from voxcache.testing import forked
+from voxcache.testing import forked, waiting
 
 BOUND = 2.0
 
 
-def until(check, bound: float = BOUND) -> float:
-    """Seconds until ``check()`` is true (fails the test past ``bound``)."""
-    started = time.monotonic()
-    while not check():
-        assert time.monotonic() - started < bound, "not within the bound"
-        time.sleep(0.02)
-    return time.monotonic() - started
+until = partial(waiting.until, bound=BOUND, what="the invalidation on every process")
 
 
 def served_from_memory(url: str, key: str) -> bool:
@@ -68,10 +62,8 @@ def test_a_purge_from_the_cli_reaches_every_server(serve_proc, tmp_path) -> None
 FOLLOWER = """
 import sys, time
 from voxcache.cache import Cache
-from voxcache.testing import forked
 from voxcache.entry import audio_entry
 from voxcache.audio import Audio
-from voxcache.testing import forked
 cache = Cache(sys.argv[1])
 key = "ab" * 32
 cache.put(audio_entry(key, Audio(b"\\1\\0" * 800, 16000)))

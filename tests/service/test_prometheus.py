@@ -17,8 +17,8 @@ import json
 import re
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from voxcache.testing import waiting
 from voxcache.testing.servers import PrometheusServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,13 +95,7 @@ def query(prometheus: str, expr: str) -> dict[str, Any]:
     return body["data"]  # type: ignore[no-any-return]
 
 
-def until(check, seconds: float = 30.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + seconds
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.5)
+until = partial(waiting.until, bound=30.0, what="Prometheus's answer")
 
 
 @needs_prometheus

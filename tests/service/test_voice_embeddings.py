@@ -14,8 +14,7 @@ import json
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ import pytest
 import soundfile
 from prometheus_client.parser import text_string_to_metric_families
 
-from voxcache.testing import forked
+from voxcache.testing import forked, waiting
 
 pytest.importorskip("resemblyzer", reason="needs the [embeddings] extra")
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
@@ -132,13 +131,7 @@ def answer(response: httpx.Response) -> tuple[int, bytes, dict[str, str]]:
     return response.status_code, response.content, headers
 
 
-def until(check: Callable[[], Any], seconds: float = 10.0) -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        found = check()
-        if found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.05)
+until = partial(waiting.until, bound=10.0)
 
 
 def stage_counters(cached: Any) -> dict[str, int]:

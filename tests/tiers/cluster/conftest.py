@@ -26,7 +26,7 @@ import pytest
 from voxcache.cache import Cache, CacheConfig
 from voxcache.cached import CachedEngine
 from voxcache.engines.tone import ToneEngine
-from voxcache.testing import forked
+from voxcache.testing import forked, waiting
 from voxcache.testing.servers import (
     MotoS3Server,
     RedisClusterServers,
@@ -172,19 +172,8 @@ def _wait_ready(node: Node) -> None:
 
 
 def until(check: Callable[[], Any], bound: float = BOUND, what: str = "the condition") -> Any:
-    """Poll ``check`` until it is truthy; fail the test past ``bound`` seconds. The pause
-    grows from 20 ms to 200 ms (a check is often an HTTP request to a node, and a 20 s wait
-    for a breaker polled at 50 Hz is a thousand of them); the last check is at the bound."""
-    deadline = time.monotonic() + bound
-    pause = 0.02
-    while True:
-        value = check()
-        if value:
-            return value
-        left = deadline - time.monotonic()
-        assert left > 0, f"{what} not within {bound:g} s"
-        time.sleep(min(pause, left))
-        pause = min(pause * 1.5, 0.2)
+    """``voxcache.testing.waiting.until``, by default within the news bound."""
+    return waiting.until(check, bound, what)
 
 
 def raw_redis(url: str) -> Any:
