@@ -157,8 +157,9 @@ def test_a_load_run_through_killed_and_restarted_servers(fresh_redis: RedisServe
                     tiers_seen[found[1]] = tiers_seen.get(found[1], 0) + 1
             except Exception as exc:  # the stack must never raise
                 problems.append(f"{type(exc).__name__}: {exc}")
-            if time.monotonic() - started > slowest[0]:
-                slowest[:] = time.monotonic() - started, record.calls
+            took = time.monotonic() - started
+            if took > slowest[0]:
+                slowest[:] = took, record.calls
 
     def served_while(condition: str, tier: str) -> None:
         """Wait until ``tier`` answers a read (it was not before): each phase lasts until
