@@ -3,6 +3,7 @@ wins, expiry, and a store that is damaged, frozen, gone or lacks conditional wri
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import signal
@@ -13,6 +14,7 @@ import boto3
 import pytest
 import soundfile
 from botocore.awsrequest import AWSResponse
+from botocore.exceptions import ClientError
 
 from voxcache.entry import Entry
 from voxcache.errors import TierUnavailable
@@ -98,6 +100,50 @@ def test_simultaneous_writers_leave_one_verified_take(tier, s3_env):
     assert stored in {take.blob for take in takes}
     assert {result.blob for result in results} == {stored}  # every writer learns the winner
     assert tier.get(takes[0].header.key).blob == stored
+
+
+def test_of_two_racing_conditional_writes_one_succeeds_as_on_s3(bucket, s3_env):
+    """The test S3 server keeps S3's promise that first-writer-wins stands on: of two
+    ``If-None-Match: *`` writes of one name, one succeeds. moto checks, then writes: a small
+    write arriving while a large one was being stored succeeded too (6 trials of 6), so two
+    nodes could each believe their take was the published one. The small write starts later
+    each trial, until the large one wins alone twice."""
+    large_client, small_client = (boto3.session.Session().client(
+        "s3", endpoint_url=s3_env.endpoint, region_name="us-east-1",
+        aws_access_key_id="testing", aws_secret_access_key="testing") for _ in range(2))
+    alone = 0
+    for step in range(60):
+        key, won, done = f"race/{step}", [], threading.Event()
+
+        def large(key: str = key, won: list[str] = won, done: threading.Event = done) -> None:
+            with contextlib.suppress(ClientError):
+                large_client.put_object(Bucket=bucket, Key=key, Body=b"L" * 16_000_000,
+                                        IfNoneMatch="*")
+                won.append("large")
+            done.set()
+
+        def small(key: str = key, won: list[str] = won, done: threading.Event = done) -> None:
+            while not done.is_set():
+                try:
+                    small_client.put_object(Bucket=bucket, Key=key, Body=b"s", IfNoneMatch="*")
+                except ClientError:
+                    time.sleep(0.002)
+                else:
+                    won.append("small")
+                    return
+
+        writers = [threading.Thread(target=large), threading.Thread(target=small)]
+        writers[0].start()
+        time.sleep(0.01 * step)
+        writers[1].start()
+        for writer in writers:
+            writer.join()
+        small_client.delete_object(Bucket=bucket, Key=key)
+        assert len(won) == 1, f"both writes of one name succeeded (small one {step * 10} ms late)"
+        alone = alone + 1 if won == ["large"] else 0
+        if alone == 2:
+            return
+    pytest.fail("the large write never won alone: the race was not reached")
 
 
 def test_an_expired_object_gives_way_to_a_new_take(tier, s3_env):

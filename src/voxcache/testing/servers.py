@@ -244,8 +244,24 @@ class RedisClusterServers:
         self.stop()
 
 
+_ATOMIC_PUTS = """
+import threading, sys
+from moto.s3.responses import S3Response
+from moto.server import main
+unlocked, lock = S3Response.put_object, threading.Lock()
+def put_object(self):
+    with lock:
+        return unlocked(self)
+S3Response.put_object = put_object
+main(sys.argv[1:])
+"""
+"""moto's server with one PUT at a time: moto checks ``If-None-Match``/``If-Match`` and then
+writes, so two racing conditional PUTs could both succeed (1 key in 400 under load), where
+S3's are atomic; first-writer-wins is what the shared tiers are built on."""
+
+
 class MotoS3Server(_Process):
-    """moto's S3 server mode in its own process (``python -m moto.server``)."""
+    """moto's S3 server mode in its own process, its conditional writes atomic as S3's."""
 
     def __init__(self, port: int | None = None) -> None:
         super().__init__()
@@ -265,7 +281,7 @@ class MotoS3Server(_Process):
                 "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
 
     def _command(self) -> list[str]:
-        return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)]
+        return [sys.executable, "-c", _ATOMIC_PUTS, "-H", "127.0.0.1", "-p", str(self.port)]
 
     def _ready(self) -> bool:
         with urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=1) as response:
