@@ -6,6 +6,7 @@ later run is compared against.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..helpers.core import Context, Table
-from ..helpers.machine import cpu_model
+from ..helpers.machine import cpu_model, load_average
 
 
 def machine() -> dict[str, Any]:
@@ -26,11 +27,8 @@ def machine() -> dict[str, Any]:
         "cpus": os.cpu_count(),
     }
     info["cpu_model"] = cpu_model()
-    try:
-        with open("/proc/loadavg") as f:
-            info["loadavg_at_end"] = f.read().split()[:3]
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):  # no load average on this system
+        info["loadavg_at_end"] = load_average().split()
     try:
         info["commit"] = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
