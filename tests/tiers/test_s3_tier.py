@@ -108,16 +108,14 @@ def test_of_two_racing_conditional_writes_one_succeeds_as_on_s3(bucket, s3_env):
     write arriving while a large one was being stored succeeded too (6 trials of 6), so two
     nodes could each believe their take was the published one. The small write starts later
     each trial, until the large one wins alone twice."""
-    large_client, small_client = (boto3.session.Session().client(
-        "s3", endpoint_url=s3_env.endpoint, region_name="us-east-1",
-        aws_access_key_id="testing", aws_secret_access_key="testing") for _ in range(2))
+    client = s3_env.client()  # boto3 clients are thread-safe: both writers share it
     alone = 0
     for step in range(60):
         key, won, done = f"race/{step}", [], threading.Event()
 
         def large(key: str = key, won: list[str] = won, done: threading.Event = done) -> None:
             with contextlib.suppress(ClientError):
-                large_client.put_object(Bucket=bucket, Key=key, Body=b"L" * 16_000_000,
+                client.put_object(Bucket=bucket, Key=key, Body=b"L" * 16_000_000,
                                         IfNoneMatch="*")
                 won.append("large")
             done.set()
@@ -125,7 +123,7 @@ def test_of_two_racing_conditional_writes_one_succeeds_as_on_s3(bucket, s3_env):
         def small(key: str = key, won: list[str] = won, done: threading.Event = done) -> None:
             while not done.is_set():
                 try:
-                    small_client.put_object(Bucket=bucket, Key=key, Body=b"s", IfNoneMatch="*")
+                    client.put_object(Bucket=bucket, Key=key, Body=b"s", IfNoneMatch="*")
                 except ClientError:
                     time.sleep(0.002)
                 else:
@@ -138,7 +136,7 @@ def test_of_two_racing_conditional_writes_one_succeeds_as_on_s3(bucket, s3_env):
         writers[1].start()
         for writer in writers:
             writer.join()
-        small_client.delete_object(Bucket=bucket, Key=key)
+        client.delete_object(Bucket=bucket, Key=key)
         assert len(won) == 1, f"both writes of one name succeeded (small one {step * 10} ms late)"
         alone = alone + 1 if won == ["large"] else 0
         if alone == 2:
