@@ -240,7 +240,7 @@ def test_the_units_command_starts_a_server_and_stops_on_its_kill_signal(tmp_path
             assert time.monotonic() < deadline
             time.sleep(0.1)
         assert httpx.post(f"http://127.0.0.1:{port}/v1/audio/speech",
-                          json={"input": "Hello."}).status_code == 401
+                          json={"input": "Hello."}, timeout=60).status_code == 401
     finally:
         proc.send_signal(getattr(signal, service["KillSignal"]))
         _, err = proc.communicate(timeout=int(service["TimeoutStopSec"]))

@@ -143,7 +143,7 @@ def test_the_edge_follows_the_centers_new_model_revision(tmp_path: Path):
             after = edge.say("After the upgrade.")
             assert after.status_code == 200 and after.headers["x-cache"] == "MISS"
             direct = httpx.post(center.url + "/v1/synthesize",
-                                json={"text": "After the upgrade."})
+                                json={"text": "After the upgrade."}, timeout=60)
             assert direct.headers["x-cache-key"] == after.headers["x-cache-key"]
             again = edge.say("Before the upgrade.")  # keyed with tone-2 now: a new take
             assert again.headers["x-cache"] == "MISS"

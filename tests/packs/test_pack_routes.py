@@ -94,7 +94,7 @@ def test_publishing_off_or_misconfigured_says_what_to_set(tmp_path: Path) -> Non
     app, cache = center(tmp_path, None)
     try:
         with Running(app) as server:
-            refused = httpx.post(server.url + "/v1/packs", json={}, headers=auth(ADMIN))
+            refused = httpx.post(server.url + "/v1/packs", json={}, headers=auth(ADMIN), timeout=60)
             assert refused.status_code == 404
             assert "[packs] signing_key" in refused.json()["error"]["message"]
     finally:

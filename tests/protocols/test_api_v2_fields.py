@@ -70,13 +70,13 @@ def test_prompt_lang_without_cloning(make_tone_gateway) -> None:
     has one."""
     address, root = make_tone_gateway
     voice(root / "r.wav", 400)
-    plain = httpx.get(f"{address}/tts", params={"text": "Hi.", "text_lang": "en"})
+    plain = httpx.get(f"{address}/tts", params={"text": "Hi.", "text_lang": "en"}, timeout=60)
     cloned = httpx.get(f"{address}/tts", params={"text": "Hi.", "text_lang": "en",
-                                                 "ref_audio_path": "r.wav"})
+                                                 "ref_audio_path": "r.wav"}, timeout=60)
     with_lang = httpx.get(f"{address}/tts", params={"text": "Hi.", "text_lang": "en",
                                                     "ref_audio_path": "r.wav",
-                                                    "prompt_lang": "en"})
-    no_lang = httpx.get(f"{address}/tts", params={"text": "Hi."})
+                                                    "prompt_lang": "en"}, timeout=60)
+    no_lang = httpx.get(f"{address}/tts", params={"text": "Hi."}, timeout=60)
     assert plain.status_code == 200 and with_lang.status_code == 200, with_lang.text
     assert (cloned.status_code, cloned.json()) == (400, {"message": "prompt_lang is required"})
     assert (no_lang.status_code, no_lang.json()) == (400, {"message": "text_lang is required"})

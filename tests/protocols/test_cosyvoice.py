@@ -81,14 +81,15 @@ def test_routes_answer_raw_pcm_through_the_cache(upstream, cosy, clip) -> None:
     with serve_app(gateway_app(cosy)) as gateway:
         form = {"tts_text": "你好。", "prompt_text": "Hi."}
         files = {"prompt_wav": ("p.wav", clip, "audio/wav")}
-        first = httpx.post(f"{gateway}/inference_zero_shot", data=form, files=files)
-        second = httpx.post(f"{gateway}/inference_zero_shot", data=form, files=files)
+        first = httpx.post(f"{gateway}/inference_zero_shot", data=form, files=files, timeout=60)
+        second = httpx.post(f"{gateway}/inference_zero_shot", data=form, files=files, timeout=60)
         sft = httpx.request("GET", f"{gateway}/inference_sft",
-                            data={"tts_text": "你好。", "spk_id": "中文女"})
+                            data={"tts_text": "你好。", "spk_id": "中文女"}, timeout=60)
         unknown = httpx.post(f"{gateway}/inference_sft",
-                             data={"tts_text": "你好。", "spk_id": "nobody"})
+                             data={"tts_text": "你好。", "spk_id": "nobody"}, timeout=60)
         no_text = httpx.post(f"{gateway}/inference_zero_shot",
-                             data={"tts_text": "你好。", "prompt_text": " "}, files=files)
+                             data={"tts_text": "你好。", "prompt_text": " "}, files=files,
+                             timeout=60)
     assert first.status_code == 200, first.text
     assert "content-type" not in first.headers
     assert first.headers["X-Sample-Rate"] == str(COSY_RATE)
@@ -106,9 +107,10 @@ def test_routes_refuse_what_an_embedded_engine_cannot_do(cached_piper, clip) -> 
     with serve_app(gateway_app(cached_piper)) as gateway:
         files = {"prompt_wav": ("p.wav", clip, "audio/wav")}
         cloned = httpx.post(f"{gateway}/inference_cross_lingual", data={"tts_text": "Hi."},
-                            files=files)
+                            files=files, timeout=60)
         styled = httpx.post(f"{gateway}/inference_instruct",
-                            data={"tts_text": "Hi.", "spk_id": "joe", "instruct_text": "Loud."})
+                            data={"tts_text": "Hi.", "spk_id": "joe", "instruct_text": "Loud."},
+                            timeout=60)
         plain = httpx.post(f"{gateway}/inference_sft", data={"tts_text": "Hi.", "spk_id": "joe"},
                            timeout=60)
     assert cloned.status_code == 400 and "reference audio" in cloned.json()["detail"]

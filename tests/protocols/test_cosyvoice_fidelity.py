@@ -302,12 +302,12 @@ def test_what_fastapi_refuses_is_refused_as_fastapi_does(tmp_path) -> None:
     reference, _ = reference_server()
     with serve_app(reference) as real, voxcache_service(tmp_path, ToneEngine()) as (ours, _):
         for method, path, kwargs in BAD_REQUESTS:
-            expected = httpx.request(method, real + path, **kwargs)
-            answered = httpx.request(method, ours + path, **kwargs)
+            expected = httpx.request(method, real + path, **kwargs, timeout=60)
+            answered = httpx.request(method, ours + path, **kwargs, timeout=60)
             assert expected.status_code in (400, 422), expected.text
             assert (answered.status_code, answered.json()) == (
                 expected.status_code, expected.json()), (method, path)
-        missing = httpx.post(f"{ours}/inference_sft", data={"tts_text": "Hi."}).json()
+        missing = httpx.post(f"{ours}/inference_sft", data={"tts_text": "Hi."}, timeout=60).json()
     assert missing["detail"][0]["loc"] == ["body", "spk_id"]
     assert missing["detail"][0]["type"] == "missing"
 
@@ -361,12 +361,13 @@ def test_any_spk_id_goes_to_the_upstream_and_its_4xx_stays_a_4xx(tmp_path) -> No
     checking = StreamingCosyVoice(interval=0.0, chunks=2, refuse_unknown_speakers=True)
     with cosyvoice_gateway(tmp_path, checking) as (gateway, _, cache):
         unknown = [httpx.post(f"{gateway}/inference_sft",
-                              data={"tts_text": "Hi.", "spk_id": "nobody"}) for _ in range(2)]
+                              data={"tts_text": "Hi.", "spk_id": "nobody"}, timeout=60)
+                   for _ in range(2)]
         instruct = httpx.post(f"{gateway}/inference_instruct",
                               data={"tts_text": "Hi.", "spk_id": "nobody",
-                                    "instruct_text": "Loudly."})
+                                    "instruct_text": "Loudly."}, timeout=60)
         saved = [httpx.post(f"{gateway}/inference_sft",
-                            data={"tts_text": "Hi.", "spk_id": name})
+                            data={"tts_text": "Hi.", "spk_id": name}, timeout=60)
                  for name in ("my_clone", "my_clone", "英文男")]
         nothing_kept = not stored(cache, unknown[0].headers.get("X-Cache-Key", "0" * 64))
     for answer in (*unknown, instruct):
@@ -385,9 +386,9 @@ def test_an_unknown_speaker_on_the_real_server_is_a_502_not_a_take(tmp_path) -> 
     real_like = StreamingCosyVoice(interval=0.0, chunks=2)
     with cosyvoice_gateway(tmp_path, real_like) as (gateway, _, _):
         answer = httpx.post(f"{gateway}/inference_sft",
-                            data={"tts_text": "Hi.", "spk_id": "nobody"})
+                            data={"tts_text": "Hi.", "spk_id": "nobody"}, timeout=60)
         again = httpx.post(f"{gateway}/inference_sft",
-                           data={"tts_text": "Hi.", "spk_id": "nobody"})
+                           data={"tts_text": "Hi.", "spk_id": "nobody"}, timeout=60)
     assert answer.status_code == again.status_code == 502
     assert "detail" in answer.json() and len(real_like.calls) == 2
 

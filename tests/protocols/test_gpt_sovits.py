@@ -222,8 +222,9 @@ def test_tts_route_round_trip(upstream, ref_dir, cache) -> None:
         first = httpx.post(f"{gateway}/tts", json=body, timeout=30)
         query = {**body, "text_lang": "en", "top_k": "5"}
         second = httpx.get(f"{gateway}/tts", params=query, timeout=30)
-        bad = httpx.get(f"{gateway}/tts", params={**query, "text_split_method": "cut9"})
-        missing = httpx.get(f"{gateway}/tts", params={**query, "ref_audio_path": "nope.wav"})
+        bad = httpx.get(f"{gateway}/tts", params={**query, "text_split_method": "cut9"}, timeout=60)
+        missing = httpx.get(f"{gateway}/tts", params={**query, "ref_audio_path": "nope.wav"},
+                            timeout=60)
     assert first.status_code == 200, first.text
     assert first.headers["content-type"] == "audio/raw"
     assert (first.headers["X-Cache"], second.headers["X-Cache"]) == ("MISS", "HIT")

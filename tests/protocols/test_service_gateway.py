@@ -52,14 +52,14 @@ def test_service_gateway_hits_skip_the_upstream_and_survive_it(tmp_path) -> None
             upstream.wait_for_syntheses(3)
             bad_mode = httpx.get(f"{gateway}/tts", params={"text": "Platform two.",
                                                            "text_lang": "en"},
-                                 headers={"X-Cache-Mode": "sometimes"})
+                                 headers={"X-Cache-Mode": "sometimes"}, timeout=60)
             upstream.stop()
             hit = httpx.get(f"{gateway}/tts", params={"text": "Platform two.",
                                                       "text_lang": "en"}, timeout=60)
             miss = httpx.post(f"{gateway}/v1/audio/speech",
                               json={**speech, "input": "Platform four."}, timeout=60)
             tts_miss = httpx.get(f"{gateway}/tts", params={"text": "Platform four.",
-                                                           "text_lang": "en"})
+                                                           "text_lang": "en"}, timeout=60)
     cache.close()
     assert [r.status_code for r in (first, second, tts, sft, hit)] == [200] * 5
     assert [r.headers["X-Cache"] for r in (first, second, tts, sft, hit)] == [

@@ -79,11 +79,11 @@ def test_reference_path_is_read_for_an_embedded_engine(tone, tmp_path, cached_pi
 def test_tts_route_delivers_each_media_type(cached_tone) -> None:
     with serve_app(gateway_app(cached_tone)) as gateway:
         hi = {"text": "Hi.", "text_lang": "en"}
-        answers = {m: httpx.get(f"{gateway}/tts", params={**hi, "media_type": m})
+        answers = {m: httpx.get(f"{gateway}/tts", params={**hi, "media_type": m}, timeout=60)
                    for m in ("wav", "raw", "ogg")}
-        streamed = httpx.get(f"{gateway}/tts", params={**hi, "streaming_mode": "true"})
-        refused = httpx.post(f"{gateway}/tts", json={**hi, "top_k": 3})
-        not_json = httpx.post(f"{gateway}/tts", content=b"text=Hi")
+        streamed = httpx.get(f"{gateway}/tts", params={**hi, "streaming_mode": "true"}, timeout=60)
+        refused = httpx.post(f"{gateway}/tts", json={**hi, "top_k": 3}, timeout=60)
+        not_json = httpx.post(f"{gateway}/tts", content=b"text=Hi", timeout=60)
     assert answers["wav"].content.startswith(b"RIFF")
     assert answers["ogg"].content.startswith(b"OggS")
     assert answers["ogg"].headers["content-type"] == "audio/ogg"

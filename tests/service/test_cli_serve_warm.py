@@ -110,7 +110,8 @@ def test_config_file_sets_limits_tenants_and_voice_aliases(tmp_path, serve_proc)
                       '[admin]\napi_keys = ["ops-secret-key"]\n\n'
                       '[voice_aliases]\nnova = "bass"\n')
     with serve_proc(tmp_path / "cache", config=config) as (url, _proc):
-        assert httpx.post(f"{url}/v1/audio/speech", json={"input": "hi"}).status_code == 401
+        refused = httpx.post(f"{url}/v1/audio/speech", json={"input": "hi"}, timeout=60)
+        assert refused.status_code == 401
         auth = {"Authorization": "Bearer acme-secret-key"}
         assert httpx.get(f"{url}/v1/stats", headers=auth).status_code == 403  # a tenant's key
         stats = httpx.get(f"{url}/v1/stats",
@@ -120,7 +121,8 @@ def test_config_file_sets_limits_tenants_and_voice_aliases(tmp_path, serve_proc)
                           json={"input": "Alias.", "voice": "nova", "response_format": "wav"})
         bass = httpx.post(f"{url}/v1/audio/speech", headers=auth, timeout=30,
                           json={"input": "Alias.", "voice": "bass", "response_format": "wav"})
-        big = httpx.post(f"{url}/v1/audio/speech", headers=auth, json={"input": "x" * 3000})
+        big = httpx.post(f"{url}/v1/audio/speech", headers=auth, json={"input": "x" * 3000},
+                         timeout=60)
     assert stats["renders"]["queue_limit"] == 3
     assert voices["aliases"]["nova"] == "bass" and voices["aliases"]["alloy"] == "alto"
     assert (nova.headers["x-cache"], bass.headers["x-cache"]) == ("MISS", "HIT")

@@ -129,10 +129,11 @@ def test_dashboard_draws_a_mix_of_hits_and_misses_and_warms_a_missed_phrase(
             _speech(url, "Thank you for waiting.")
             time.sleep(1.1 * INTERVAL)
         key = _speech(url, evicted).headers["x-cache-key"]
-        assert httpx.delete(f"{url}/v1/entries/{key}").status_code == 204  # as if evicted
-        assert httpx.get(f"{url}/v1/audio/{key}").status_code == 404
-        assert httpx.post(f"{url}/v1/audio/speech", json={"input": "x", "voice": "nobody"}
-                          ).status_code == 400
+        evicting = httpx.delete(f"{url}/v1/entries/{key}", timeout=60)
+        assert evicting.status_code == 204  # as if evicted
+        assert httpx.get(f"{url}/v1/audio/{key}", timeout=60).status_code == 404
+        assert httpx.post(f"{url}/v1/audio/speech", json={"input": "x", "voice": "nobody"},
+                          timeout=60).status_code == 400
         time.sleep(2.5 * INTERVAL)  # two more samples: the last requests are in the history
         renders_before = httpx.get(f"{url}/v1/stats").json()["counters"]["syntheses"]
 
@@ -206,7 +207,7 @@ def test_a_warm_click_pressed_before_a_poll_and_released_after_it_still_warms(
     phrase = "Press, wait for a poll, release."
     with live(app) as server:
         key = _speech(server.url, phrase).headers["x-cache-key"]
-        assert httpx.delete(f"{server.url}/v1/entries/{key}").status_code == 204
+        assert httpx.delete(f"{server.url}/v1/entries/{key}", timeout=60).status_code == 204
         page = browser.new_page()
         try:
             page.goto(server.url + "/")
@@ -269,7 +270,7 @@ def test_a_tenant_key_sees_its_own_phrases_and_an_admin_key_cannot_warm(
         for key, text in (("acme-key-1234", "Acme says hello."),
                           ("globex-key-123", "Globex says hello.")):
             answer = httpx.post(f"{server.url}/v1/audio/speech", json={"input": text},
-                                headers={"Authorization": f"Bearer {key}"})
+                                headers={"Authorization": f"Bearer {key}"}, timeout=60)
             assert answer.status_code == 200
         page = browser.new_page()
         try:

@@ -25,7 +25,7 @@ until = partial(waiting.until, bound=BOUND, what="the invalidation on every proc
 
 
 def served_from_memory(url: str, key: str) -> bool:
-    got = httpx.get(f"{url}/v1/audio/{key}")
+    got = httpx.get(f"{url}/v1/audio/{key}", timeout=60)
     return got.status_code == 200 and got.headers["x-cache-tier"] == "memory"
 
 
@@ -33,15 +33,15 @@ def test_a_delete_on_one_process_reaches_the_others(serve_proc, tmp_path) -> Non
     cache_dir = tmp_path / "cache"
     with serve_proc(cache_dir) as (a, _), serve_proc(cache_dir) as (b, _):
         key = httpx.post(f"{a}/v1/audio/speech", json={
-            "input": "Store closing in ten minutes.", "response_format": "wav"}
-        ).headers["x-cache-key"]
-        httpx.get(f"{b}/v1/audio/{key}")  # B reads it from disk into its memory tier
+            "input": "Store closing in ten minutes.", "response_format": "wav"},
+            timeout=60).headers["x-cache-key"]
+        httpx.get(f"{b}/v1/audio/{key}", timeout=60)  # B reads it from disk into its memory tier
         assert served_from_memory(b, key)
 
-        assert httpx.delete(f"{a}/v1/entries/{key}").status_code == 204
-        until(lambda: httpx.get(f"{b}/v1/audio/{key}").status_code == 404)
+        assert httpx.delete(f"{a}/v1/entries/{key}", timeout=60).status_code == 204
+        until(lambda: httpx.get(f"{b}/v1/audio/{key}", timeout=60).status_code == 404)
         again = httpx.post(f"{b}/v1/audio/speech", json={
-            "input": "Store closing in ten minutes.", "response_format": "wav"})
+            "input": "Store closing in ten minutes.", "response_format": "wav"}, timeout=60)
         assert again.headers["x-cache"] == "MISS"
 
 
@@ -49,14 +49,15 @@ def test_a_purge_from_the_cli_reaches_every_server(serve_proc, tmp_path) -> None
     cache_dir = tmp_path / "cache"
     with serve_proc(cache_dir) as (a, _), serve_proc(cache_dir) as (b, _):
         key = httpx.post(f"{a}/v1/audio/speech", json={
-            "input": "Gate four is closed.", "response_format": "wav"}).headers["x-cache-key"]
-        httpx.get(f"{b}/v1/audio/{key}")
+            "input": "Gate four is closed.", "response_format": "wav"},
+            timeout=60).headers["x-cache-key"]
+        httpx.get(f"{b}/v1/audio/{key}", timeout=60)
         assert served_from_memory(a, key) and served_from_memory(b, key)
         forked.run([sys.executable, "-m", "voxcache", "--cache-dir", str(cache_dir),
                     "--engine", "tone", "purge", "--key", key], check=True,
                    capture_output=True)
         for url in (a, b):
-            until(lambda url=url: httpx.get(f"{url}/v1/audio/{key}").status_code == 404)
+            until(lambda url=url: httpx.get(f"{url}/v1/audio/{key}", timeout=60).status_code == 404)
 
 
 FOLLOWER = """

@@ -54,7 +54,8 @@ def stop(proc: subprocess.Popen[str], sig: signal.Signals) -> list[str]:
 def test_text_lines_have_timestamps_and_say_why_the_server_stopped(tmp_path: Path,
                                                                    sig: signal.Signals) -> None:
     proc, url = serve(tmp_path)
-    assert httpx.post(f"{url}/v1/audio/speech", json={"input": "Hello."}).status_code == 200
+    spoken = httpx.post(f"{url}/v1/audio/speech", json={"input": "Hello."}, timeout=60)
+    assert spoken.status_code == 200
     lines = stop(proc, sig)
     assert lines and all(STAMP.match(line) for line in lines), lines
     said = [line.split(": ", 1)[1] for line in lines]

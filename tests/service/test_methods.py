@@ -53,7 +53,7 @@ def test_every_route_answers_405_with_every_method_of_its_path(tmp_path: Path) -
     table = route_table(tmp_path / "table")
     paths = {concrete(template) for template, _ in table} | {"/v1/audio/speech"}
     wrong = []
-    with serve(tmp_path / "cache") as node, httpx.Client(base_url=node.url) as client:
+    with serve(tmp_path / "cache") as node, httpx.Client(base_url=node.url, timeout=60) as client:
         for path in sorted(paths):
             expected = takes(table, path)
             for method in METHODS:

@@ -226,7 +226,7 @@ def test_sse_wav_deltas_concatenate_to_one_wav(tone_server) -> None:
             events = sse_events(response.iter_lines())
         files[expected] = b"".join(base64.b64decode(e["audio"]) for e in events
                                    if e["type"] == "speech.audio.delta")
-    native, rate = native_pcm(httpx.Client(base_url=live.url), THREE)
+    native, rate = native_pcm(httpx.Client(base_url=live.url, timeout=60), THREE)
     for expected, data in files.items():
         assert data.count(b"RIFF") == 1 and data.count(b"WAVEfmt ") == 1, expected
         header = wav_fields(data)
@@ -299,7 +299,7 @@ def test_delivered_wav_is_a_plain_44_byte_header_then_the_pcm(tone_server) -> No
             model="tts-1", voice="alloy", input="Drop the header.", response_format="wav")
         assert r.headers["x-cache"] == expected
         bodies[expected] = (r.parse().content, r.headers)
-    native, rate = native_pcm(httpx.Client(base_url=live.url), "Drop the header.")
+    native, rate = native_pcm(httpx.Client(base_url=live.url, timeout=60), "Drop the header.")
     (wav, headers), (hit, _) = bodies["MISS"], bodies["HIT"]
     assert wav == hit and b"vxch" not in wav
     assert wav[44:] == native  # a client that drops 44 bytes gets exactly the samples
@@ -310,7 +310,7 @@ def test_delivered_wav_is_a_plain_44_byte_header_then_the_pcm(tone_server) -> No
                       "data_len": len(native)}
     assert int(headers["content-length"]) == len(wav)
     key = headers["x-cache-key"]
-    stored = httpx.get(f"{live.url}/v1/audio/{key}")
+    stored = httpx.get(f"{live.url}/v1/audio/{key}", timeout=60)
     assert stored.headers["x-voxcache-envelope"] == "vxch" and b"vxch" in stored.content
     assert stored.content.endswith(native)
     assert stored.headers["etag"] != headers["etag"]  # two representations, two tags

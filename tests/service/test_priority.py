@@ -42,7 +42,7 @@ def test_queued_interactive_renders_start_before_background_ones() -> None:
 def test_bad_priority_header_is_a_400(tone_server) -> None:
     live, _ = tone_server
     answer = httpx.post(f"{live.url}/v1/audio/speech", json={"input": "hi"},
-                        headers={"X-Voxcache-Priority": "urgent"})
+                        headers={"X-Voxcache-Priority": "urgent"}, timeout=60)
     assert answer.status_code == 400 and "X-Voxcache-Priority" in answer.text
 
 
@@ -72,8 +72,9 @@ def test_warm_through_a_running_service_renders_once_and_pins(tmp_path, tone_ser
 
 def test_pin_routes_are_tenant_checked(tone_server) -> None:
     live, _ = tone_server
-    made = httpx.post(f"{live.url}/v1/audio/speech", json={"input": "Pin me."})
+    made = httpx.post(f"{live.url}/v1/audio/speech", json={"input": "Pin me."}, timeout=60)
     key = made.headers["x-cache-key"]
-    assert httpx.put(f"{live.url}/v1/entries/{key}/pin", params={"ttl": 60}).status_code == 204
-    assert httpx.delete(f"{live.url}/v1/entries/{key}/pin").status_code == 204
-    assert httpx.put(f"{live.url}/v1/entries/{'0' * 64}/pin").status_code == 404
+    pinned = httpx.put(f"{live.url}/v1/entries/{key}/pin", params={"ttl": 60}, timeout=60)
+    assert pinned.status_code == 204
+    assert httpx.delete(f"{live.url}/v1/entries/{key}/pin", timeout=60).status_code == 204
+    assert httpx.put(f"{live.url}/v1/entries/{'0' * 64}/pin", timeout=60).status_code == 404

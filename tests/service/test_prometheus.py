@@ -61,13 +61,13 @@ def service(serve_proc, tmp_path_factory: pytest.TempPathFactory
         tenant = {"Authorization": f"Bearer {TENANT}"}
         for text in ("Hello.", "Hello.", "Hello.", "Goodbye.", "Goodbye."):
             answer = httpx.post(f"{url}/v1/audio/speech", headers=tenant,
-                                json={"input": text, "response_format": "wav"})
+                                json={"input": text, "response_format": "wav"}, timeout=60)
             assert answer.status_code == 200
         stream = httpx.post(f"{url}/v1/audio/speech", headers=tenant,
-                            json={"input": "Streamed.", "response_format": "pcm"})
+                            json={"input": "Streamed.", "response_format": "pcm"}, timeout=60)
         assert stream.status_code == 200
         assert httpx.post(f"{url}/v1/audio/speech", headers=tenant,
-                          json={"input": "x", "voice": "nobody"}).status_code == 400
+                          json={"input": "x", "voice": "nobody"}, timeout=60).status_code == 400
         admin = {"Authorization": f"Bearer {ADMIN}"}
         scrape = httpx.get(f"{url}/metrics", headers=admin)
         assert scrape.status_code == 200

@@ -35,8 +35,9 @@ def test_range_comes_from_verified_bytes_with_piper(make_app, live, piper, tmp_p
             "input": "Please stand clear of the closing doors.", "response_format": "wav",
             "params": DETERMINISTIC}, timeout=60)
         key = made.headers["x-cache-key"]
-        blob = httpx.get(f"{server.url}/v1/audio/{key}").content
-        part = httpx.get(f"{server.url}/v1/audio/{key}", headers={"Range": "bytes=100-1099"})
+        blob = httpx.get(f"{server.url}/v1/audio/{key}", timeout=60).content
+        part = httpx.get(f"{server.url}/v1/audio/{key}", headers={"Range": "bytes=100-1099"},
+                         timeout=60)
         assert part.status_code == 206 and part.content == blob[100:1100]
         assert part.headers["content-range"] == f"bytes 100-1099/{len(blob)}"
 
@@ -45,18 +46,21 @@ def test_range_comes_from_verified_bytes_with_piper(make_app, live, piper, tmp_p
         data = bytearray(path.read_bytes())
         data[500] ^= 0xFF
         path.write_bytes(bytes(data))
-        again = httpx.get(f"{server.url}/v1/audio/{key}", headers={"Range": "bytes=0-999"})
+        again = httpx.get(f"{server.url}/v1/audio/{key}", headers={"Range": "bytes=0-999"},
+                          timeout=60)
         assert again.status_code == 206 and again.content == blob[:1000]
         # ... or is replaced by a symlink to /etc/passwd
         os.unlink(path)
         os.symlink("/etc/passwd", path)
-        linked = httpx.get(f"{server.url}/v1/audio/{key}", headers={"Range": "bytes=0-99"})
+        linked = httpx.get(f"{server.url}/v1/audio/{key}", headers={"Range": "bytes=0-99"},
+                           timeout=60)
         assert linked.status_code == 206 and linked.content == blob[:100]
 
     # a fresh process over the same folder finds the symlink: never followed, quarantined
     app, cached = make_app(engine=piper)
     with live(app) as server:
-        probe = httpx.get(f"{server.url}/v1/audio/{key}", headers={"Range": "bytes=0-99"})
+        probe = httpx.get(f"{server.url}/v1/audio/{key}", headers={"Range": "bytes=0-99"},
+                          timeout=60)
         assert probe.status_code == 404
         assert b"root:" not in probe.content
         assert not os.path.lexists(path)

@@ -247,7 +247,7 @@ def test_another_tenants_voice_is_answered_exactly_like_an_absent_one(
                 compare(server.url, b_voice, b, voice=voice),
                 compare(server.url, voice, b, file=clips[1]),
                 httpx.get(f"{server.url}/v1/voices/{voice}", headers=b),
-                httpx.delete(f"{server.url}/v1/voices/{voice}?purge=true", headers=b),
+                httpx.delete(f"{server.url}/v1/voices/{voice}?purge=true", headers=b, timeout=60),
             )]
 
         while_stored = probes()
@@ -263,7 +263,8 @@ def test_another_tenants_voice_is_answered_exactly_like_an_absent_one(
         assert mine.status_code == 200 and mine.json()["same_speaker"] is True
 
         # the same id once it does not exist at all: the very same answers
-        gone = httpx.delete(f"{server.url}/v1/voices/{voice}?purge=true", headers=auth("A"))
+        gone = httpx.delete(f"{server.url}/v1/voices/{voice}?purge=true", headers=auth("A"),
+                            timeout=60)
         assert gone.status_code == 200, gone.text
         assert probes() == while_stored
 
@@ -354,7 +355,7 @@ def test_purge_by_voice_removes_every_kind_everywhere(make_app, live, serve_proc
             "input": "A take in the uploaded voice.", "voice": voice, "response_format": "flac"})
         assert take.status_code == 200, take.text
         audio_key = take.headers["x-cache-key"]
-        assert httpx.delete(f"{a.url}/v1/voices/{voice}").status_code == 204
+        assert httpx.delete(f"{a.url}/v1/voices/{voice}", timeout=60).status_code == 204
         private = upload(a.url, clips[0], privacy="true")
         assert private.json()["private"] is True
         assert private.json()["embedding_status"]["cache"] == "hit"
@@ -372,10 +373,11 @@ def test_purge_by_voice_removes_every_kind_everywhere(make_app, live, serve_proc
                                          params={"session": "s1"}), np.zeros(16))
         kept = stages.put(StageInputs("embedding", "resemblyzer", "r1", fingerprint,
                                       tenant="other"), np.ones(256, np.float32))
-        plain = httpx.post(f"{a.url}/v1/audio/speech", json={"input": "An engine voice."})
+        plain = httpx.post(f"{a.url}/v1/audio/speech", json={"input": "An engine voice."},
+                           timeout=60)
         plain_key = plain.headers["x-cache-key"]
         # the other process holds the take and the embedding in its memory
-        assert httpx.get(f"{b_url}/v1/audio/{audio_key}").status_code == 200
+        assert httpx.get(f"{b_url}/v1/audio/{audio_key}", timeout=60).status_code == 200
         assert embedding(b_url, voice).status_code == 200
 
         dry = cli(folder, "purge", "--voice", voice, "--dry-run", "--json")
@@ -388,7 +390,7 @@ def test_purge_by_voice_removes_every_kind_everywhere(make_app, live, serve_proc
         human = cli(folder, "purge", "--voice", voice, "--dry-run")
         assert "by kind: audio 1, embedding 1, encoded 1, prompt 1, tokens 1" in human.stdout
         assert "nothing was deleted" in human.stdout
-        assert httpx.get(f"{b_url}/v1/audio/{audio_key}").status_code == 200
+        assert httpx.get(f"{b_url}/v1/audio/{audio_key}", timeout=60).status_code == 200
 
         done = cli(folder, "purge", "--voice", voice, "--json")
         assert done.returncode == 0, done.stderr
@@ -408,7 +410,7 @@ def test_purge_by_voice_removes_every_kind_everywhere(make_app, live, serve_proc
         assert dropped and "upload the clip again" in dropped.json()["error"]["message"]
         # what was not derived from this tenant's clip stays; the voice record stays
         assert cached.cache.folder.contains(kept.key, "embedding")
-        assert httpx.get(f"{a.url}/v1/audio/{plain_key}").status_code == 200
+        assert httpx.get(f"{a.url}/v1/audio/{plain_key}", timeout=60).status_code == 200
         assert httpx.get(f"{a.url}/v1/voices/{voice}").json()["embedding"] is None
 
         # DELETE ?purge=true: the voice and all it derived, here and in the other process
@@ -420,15 +422,15 @@ def test_purge_by_voice_removes_every_kind_everywhere(make_app, live, serve_proc
         second_print = app.state.voices.get("default", other).fingerprint
         session = stages.put(StageInputs("session", "tiny-decoder", "r1", second_print,
                                          params={"session": "s2"}), np.zeros(16))
-        assert httpx.get(f"{b_url}/v1/audio/{second_key}").status_code == 200
-        purged = httpx.delete(f"{a.url}/v1/voices/{other}", params={"purge": "true"})
+        assert httpx.get(f"{b_url}/v1/audio/{second_key}", timeout=60).status_code == 200
+        purged = httpx.delete(f"{a.url}/v1/voices/{other}", params={"purge": "true"}, timeout=60)
         assert purged.status_code == 200, purged.text
         assert purged.json()["purged"] == {"audio": 1, "embedding": 1, "session": 1}
         assert not cached.cache.in_process.contains(session.key, "session")
         assert index.rows("voice = ?", (second_print[:16],)) == []
         assert until(lambda: httpx.get(f"{b_url}/v1/audio/{second_key}").status_code == 404)
         assert httpx.get(f"{a.url}/v1/voices/{other}").status_code == 404
-        assert httpx.get(f"{a.url}/v1/audio/{plain_key}").status_code == 200
+        assert httpx.get(f"{a.url}/v1/audio/{plain_key}", timeout=60).status_code == 200
 
 
 def test_purge_by_voice_id_keeps_to_the_tenant_named(clips, tmp_path) -> None:
@@ -489,7 +491,7 @@ def test_without_the_extra_the_upload_still_succeeds_and_says_why(
         assert missing.status_code == 503
         assert "pip install 'voxcache[embeddings]'" in missing.json()["error"]["message"]
         assert httpx.post(f"{server.url}/v1/audio/speech", json={
-            "input": "Still a voice.", "voice": voice}).status_code == 200
+            "input": "Still a voice.", "voice": voice}, timeout=60).status_code == 200
 
 
 def test_an_encode_waits_for_a_render_slot_and_a_known_clip_never_does(

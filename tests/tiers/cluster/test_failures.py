@@ -150,7 +150,7 @@ def test_redis_and_s3_killed_mid_load_no_5xx_and_used_again_after_restart(
     with nodes(tmp_path, tiers, env=s3.env) as group:
         a, b, _ = group
         purged = a.speak("Purged before the outage.").headers["x-cache-key"]
-        assert httpx.delete(f"{a.url}/v1/entries/{purged}").status_code == 204
+        assert httpx.delete(f"{a.url}/v1/entries/{purged}", timeout=60).status_code == 204
         until(lambda: b.counters().get("bus_news_applied", 0) >= 1, what="B to follow the bus")
         with Load(group) as load:
             time.sleep(2)

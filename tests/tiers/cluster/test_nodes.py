@@ -142,7 +142,7 @@ def test_a_purge_on_one_node_stops_every_node_serving_it_and_is_not_echoed(
     events = f"{trio.prefix}{{bus}}:events"
     published = trio.redis().xlen(events)
 
-    assert httpx.delete(f"{a.url}/v1/entries/{key}").status_code == 204
+    assert httpx.delete(f"{a.url}/v1/entries/{key}", timeout=60).status_code == 204
     for node in trio.nodes:
         until(lambda node=node: node.get(f"/v1/audio/{key}").status_code == 404,
               what=f"node {node.name} to stop serving the purged take")
@@ -214,10 +214,10 @@ def test_a_pin_on_one_node_reaches_the_others(trio: Trio) -> None:
         return any(row["key"] == key and row["pinned"] for row in listed)
 
     assert not pinned(b)
-    assert httpx.put(f"{a.url}/v1/entries/{key}/pin").status_code == 204
+    assert httpx.put(f"{a.url}/v1/entries/{key}/pin", timeout=60).status_code == 204
     for node in (b, c):
         until(lambda node=node: pinned(node), what=f"the pin on node {node.name}")
-    assert httpx.delete(f"{a.url}/v1/entries/{key}/pin").status_code == 204
+    assert httpx.delete(f"{a.url}/v1/entries/{key}/pin", timeout=60).status_code == 204
     for node in (b, c):
         until(lambda node=node: not pinned(node), what=f"the unpin on node {node.name}")
 
