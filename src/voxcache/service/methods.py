@@ -26,11 +26,18 @@ class MethodCheck:
         self.app = app
         self._literal: dict[str, frozenset[str]] | None = None
 
+    def _paths(self, scope: Scope) -> dict[str, frozenset[str]]:
+        """The literal paths, read once: at startup (or at the first request, for a server
+        that sends no lifespan events)."""
+        if self._literal is None:
+            self._literal = literal_paths(scope["app"].routes)
+        return self._literal
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            if self._literal is None:
-                self._literal = literal_paths(scope["app"].routes)
-            methods = self._literal.get(scope["path"])
+        if scope["type"] == "lifespan":
+            self._paths(scope)
+        elif scope["type"] == "http":
+            methods = self._paths(scope).get(scope["path"])
             if methods is not None and scope["method"] not in methods:
                 await not_allowed(scope["method"], scope["path"], methods, send)
                 return
