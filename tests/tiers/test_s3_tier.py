@@ -116,7 +116,7 @@ def test_of_two_racing_conditional_writes_one_succeeds_as_on_s3(bucket, s3_env):
         def large(key: str = key, won: list[str] = won, done: threading.Event = done) -> None:
             with contextlib.suppress(ClientError):
                 client.put_object(Bucket=bucket, Key=key, Body=b"L" * 16_000_000,
-                                        IfNoneMatch="*")
+                                  IfNoneMatch="*")
                 won.append("large")
             done.set()
 
