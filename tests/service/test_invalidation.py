@@ -39,7 +39,7 @@ def test_a_delete_on_one_process_reaches_the_others(serve_proc, tmp_path) -> Non
         assert served_from_memory(b, key)
 
         assert httpx.delete(f"{a}/v1/entries/{key}", timeout=60).status_code == 204
-        until(lambda: httpx.get(f"{b}/v1/audio/{key}", timeout=60).status_code == 404)
+        until(lambda: httpx.get(f"{b}/v1/audio/{key}").status_code == 404)
         again = httpx.post(f"{b}/v1/audio/speech", json={
             "input": "Store closing in ten minutes.", "response_format": "wav"}, timeout=60)
         assert again.headers["x-cache"] == "MISS"
@@ -57,7 +57,7 @@ def test_a_purge_from_the_cli_reaches_every_server(serve_proc, tmp_path) -> None
                     "--engine", "tone", "purge", "--key", key], check=True,
                    capture_output=True)
         for url in (a, b):
-            until(lambda url=url: httpx.get(f"{url}/v1/audio/{key}", timeout=60).status_code == 404)
+            until(lambda url=url: httpx.get(f"{url}/v1/audio/{key}").status_code == 404)
 
 
 FOLLOWER = """
